@@ -1,0 +1,5 @@
+"""Allow ``python -m specdeploy``."""
+
+from specdeploy.cli import main
+
+raise SystemExit(main())
