@@ -88,8 +88,9 @@ def _load(path: Path) -> SpeculationProfile | None:
 
 
 def _report(path: Path, err: ProfileError) -> None:
+    """One line per problem (a YAML parser's message spans several: joined)."""
     for problem in err.problems:
-        print(f"{path}: {problem}", file=sys.stderr)
+        print(f"{path}: {' '.join(problem.split())}", file=sys.stderr)
 
 
 # --- derive ----------------------------------------------------------------
