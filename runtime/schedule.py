@@ -291,11 +291,15 @@ def from_vllm(ranges: object, num_speculative_tokens: int) -> list[Range]:
     if num_speculative_tokens < 1:
         raise ValueError(f"num_speculative_tokens must be > 0, got {num_speculative_tokens}")
     entries = validate_vllm(ranges)
-    best = [0] * (entries[-1][1] + 1)
-    for i, (lo, _, k) in enumerate(entries):
-        end = entries[i + 1][0] if i + 1 < len(entries) else len(best)
-        best[lo:end] = [min(k, num_speculative_tokens)] * (end - lo)
-    return compress(best)
+    result: list[Range] = []
+    for i, (lo, hi, k) in enumerate(entries):
+        end = entries[i + 1][0] - 1 if i + 1 < len(entries) else hi  # a gap inherits k
+        k = min(k, num_speculative_tokens)
+        if result and result[-1][2] == k:
+            result[-1] = (result[-1][0], end, k)
+        else:
+            result.append((lo, end, k))
+    return result
 
 
 def expand_lookup(ranges: object, num_speculative_tokens: int, max_batch_size: int) -> list[int]:

@@ -355,6 +355,11 @@ def test_from_vllm_on_vllms_own_example() -> None:
     assert lookup[32] == 2 and lookup[255] == 2 and lookup[256] == 0 and lookup[300] == 0
 
 
+def test_from_vllm_works_on_ranges_not_on_every_batch_size() -> None:
+    huge = 1 << 40
+    assert from_vllm([[1, 8, 7], [9, huge, 1]], 3) == [(1, 8, 3), (9, huge, 1)]
+
+
 def test_expand_lookup_ignores_ranges_past_max_num_seqs() -> None:
     assert expand_lookup([[1, 4, 2], [5, 100, 1]], 3, 4) == [0, 2, 2, 2, 2]
 
