@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from pydantic.alias_generators import to_camel
 
 API_VERSION = "specdeploy.io/v1alpha1"
@@ -75,8 +75,8 @@ class Fingerprint(_Model):
 class Measurement(_Model):
     """One measured (batch size, K) cell: mean step time over ``samples`` steps."""
 
-    batch_size: int = Field(ge=1)
-    k: int = Field(ge=0)
+    batch_size: StrictInt = Field(ge=1)
+    k: StrictInt = Field(ge=0)
     itl_ms: float = Field(gt=0, allow_inf_nan=False)
     acceptance_length: float | None = Field(default=None, ge=1, allow_inf_nan=False)
     samples: int = Field(default=1, ge=1)
@@ -99,7 +99,8 @@ class ProfileSpec(_Model):
     dataset: str | None = None
     measurements: tuple[Measurement, ...] = Field(min_length=1)
     acceptance: Acceptance
-    schedule: tuple[tuple[int, int, int], ...] | None = None
+    # Strict ints: vLLM's table is ints, and 2.0 or "2" hides a broken generator.
+    schedule: tuple[tuple[StrictInt, StrictInt, StrictInt], ...] | None = None
 
 
 class Metadata(_Model):
@@ -173,7 +174,10 @@ def baseline_at_every_batch_size(spec: ProfileSpec) -> Iterator[str]:
     """K=0 is measured wherever anything is: it is the never-slower baseline."""
     with_k0 = {m.batch_size for m in spec.measurements if m.k == 0}
     for bs in sorted({m.batch_size for m in spec.measurements} - with_k0):
-        yield f"spec.measurements: missing cell batchSize={bs} k=0 (K=0 is needed at every batch size)"
+        yield (
+            f"spec.measurements: missing cell batchSize={bs} k=0 "
+            "(K=0 is needed at every batch size)"
+        )
 
 
 def acceptance_covers_measured_k(spec: ProfileSpec) -> Iterator[str]:
@@ -246,7 +250,9 @@ def _pydantic_problems(err: ValidationError) -> list[str]:
 def parse_profile(data: Any, *, source: str = "profile") -> SpeculationProfile:
     """Validate a decoded document; raise ProfileError naming every bad field."""
     if not isinstance(data, dict):
-        raise ProfileError([f"<document>: expected a mapping, got {type(data).__name__}"], source=source)
+        raise ProfileError(
+            [f"<document>: expected a mapping, got {type(data).__name__}"], source=source
+        )
     try:
         doc = SpeculationProfile.model_validate(data)
     except ValidationError as err:

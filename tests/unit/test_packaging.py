@@ -38,4 +38,6 @@ def test_operator_and_runtime_are_subpackages() -> None:
     import specdeploy.runtime
 
     assert Path(specdeploy.runtime.__file__ or "").resolve().parent == (ROOT / "runtime").resolve()
-    assert any(Path(p).resolve() == (ROOT / "operator").resolve() for p in specdeploy.operator.__path__)
+    assert any(
+        Path(p).resolve() == (ROOT / "operator").resolve() for p in specdeploy.operator.__path__
+    )
