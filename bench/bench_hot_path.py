@@ -1,0 +1,167 @@
+"""Per-step cost of the K policies in CPython: choose_k and observe, in ns per call.
+
+The target (DESIGN.md, "The runtime"): choosing K is an array index, about a
+microsecond at most, because vLLM's scheduler calls it once per step on the
+critical path. The loop is realistic: the batch size walks (requests join and
+finish a few at a time, with occasional bursts), each step's acceptance
+counts are drawn for the K the policy chose, and observe() includes the
+table rebuild every ``recompute_interval`` steps, amortised.
+
+    python bench/bench_hot_path.py [--profile examples/profile-example.yaml]
+                                   [--steps 20000] [--out bench/results/hot_path.json]
+
+The numbers include the Python for-loop around each call; the ``noop``
+entry measures that loop calling an empty method, for reference. The
+machine's load average is recorded: on a shared box every figure scales with
+it, so compare entries of one run with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import sys
+import timeit
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from specdeploy.runtime.kpolicy import conditional_counts
+from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
+from specdeploy.runtime.profile import load_profile
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_PROFILE = ROOT / "examples" / "profile-example.yaml"
+DEFAULT_OUT = ROOT / "bench" / "results" / "hot_path.json"
+
+Step = tuple[int, int, float, list[int], list[int]]
+
+
+def batch_size_walk(steps: int, max_bs: int, rng: random.Random) -> list[int]:
+    """Batch sizes that jitter by a few per step and sometimes jump (a burst)."""
+    sizes, bs = [], max_bs // 4
+    for _ in range(steps):
+        bs += rng.randint(-3, 3)
+        if rng.random() < 0.002:
+            bs = rng.randint(1, max_bs)
+        bs = min(max(bs, 1), max_bs)
+        sizes.append(bs)
+    return sizes
+
+
+def recorded_steps(policy: AdaptivePolicy, sizes: Sequence[int], rng: random.Random) -> list[Step]:
+    """Run the policy once and record what observe() would be fed at each step."""
+    rates = policy.estimates().acceptance_prior
+    steps: list[Step] = []
+    for bs in sizes:
+        k = policy.choose_k(bs)
+        per_seq = [_accepted(rates, k, rng) for _ in range(bs)]
+        drafted, accepted = conditional_counts(per_seq, k)
+        seconds = 0.005 + 0.0001 * bs * (k + 1)
+        policy.observe(bs, k, seconds, drafted, accepted)
+        steps.append((bs, k, seconds, drafted, accepted))
+    return steps
+
+
+def _accepted(rates: Sequence[float], k: int, rng: random.Random) -> int:
+    n = 0
+    while n < k and rng.random() < rates[n]:
+        n += 1
+    return n
+
+
+def ns_per_call(loop: Callable[[], None], calls: int, repeat: int = 7) -> float:
+    """Best of ``repeat`` runs of ``loop`` (which makes ``calls`` calls), in ns per call."""
+    return min(timeit.repeat(loop, number=1, repeat=repeat)) / calls * 1e9
+
+
+def _display(path: Path) -> str:
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT) if resolved.is_relative_to(ROOT) else path)
+
+
+class _Noop:
+    def call(self, batch_size: int) -> int:
+        return batch_size
+
+
+def measure(profile_path: Path, n_steps: int, seed: int) -> dict[str, Any]:
+    doc = load_profile(profile_path)
+    rng = random.Random(seed)
+    warm = AdaptivePolicy.from_profile(doc)
+    sizes = batch_size_walk(n_steps, warm.max_batch_size, rng)
+    steps = recorded_steps(warm, sizes, rng)
+    adaptive = AdaptivePolicy.from_profile(doc)
+    for bs, k, seconds, drafted, accepted in steps:  # same learnt state as in serving
+        adaptive.observe(bs, k, seconds, drafted, accepted)
+    table = TablePolicy.from_profile(doc)
+    noop = _Noop()
+
+    def loop_of(fn: Callable[[int], int]) -> Callable[[], None]:
+        def run() -> None:
+            for bs in sizes:
+                fn(bs)
+
+        return run
+
+    observer = AdaptivePolicy.from_profile(doc)
+
+    def observe_loop() -> None:
+        observe = observer.observe
+        for bs, k, seconds, drafted, accepted in steps:
+            observe(bs, k, seconds, drafted, accepted)
+
+    refresher = AdaptivePolicy.from_profile(doc)
+    refresh_us = ns_per_call(refresher.refresh, 1, repeat=200) / 1e3
+    return {
+        "profile": str(
+            profile_path.relative_to(ROOT) if profile_path.is_relative_to(ROOT) else profile_path
+        ),
+        "steps": n_steps,
+        "max_batch_size": adaptive.max_batch_size,
+        "allowed_k": list(adaptive.allowed_k),
+        "recompute_interval": adaptive.config.recompute_interval,
+        "ns_per_call": {
+            "adaptive.choose_k": round(ns_per_call(loop_of(adaptive.choose_k), n_steps), 1),
+            "adaptive.observe": round(ns_per_call(observe_loop, n_steps), 1),
+            "table.choose_k": round(ns_per_call(loop_of(table.choose_k), n_steps), 1),
+            "noop": round(ns_per_call(loop_of(noop.call), n_steps), 1),
+        },
+        "refresh_us": round(refresh_us, 1),
+        "adaptive": {
+            "switches": adaptive.switches,
+            "exploration_steps": adaptive.exploration_steps,
+            "generation": adaptive.generation,
+        },
+        "target_ns": {"adaptive.choose_k": 2000},
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "machine": platform.machine(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", type=Path, default=DEFAULT_PROFILE)
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    result = measure(args.profile, args.steps, args.seed)
+    for name, ns in result["ns_per_call"].items():
+        print(f"{name:20s} {ns:8.1f} ns/call")
+    every = result["recompute_interval"]
+    print(f"{'refresh':20s} {result['refresh_us']:8.1f} us (every {every} steps)")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
