@@ -41,11 +41,12 @@ class AdaptiveConfig:
 
     acceptance_half_life_tokens: float = 4000.0
     """Drafts at a position after which older counts there weigh half: the
-    estimate keeps ~5800 effective samples (+-0.7% at a = 0.5) and follows
-    drift faster the more traffic there is (in ~250 steps at batch size 16)."""
+    estimate keeps at most ~5800 effective samples (+-0.7% at a = 0.5) and
+    follows drift faster the more traffic there is. With the step clock below,
+    position 1 at batch size 16 has a half-life of ~140 steps."""
 
     acceptance_half_life_steps: float = 1000.0
-    """Steps after which counts weigh half regardless of traffic (~1-2 min of
+    """Steps after which counts weigh half regardless of traffic (~10-60 s of
     serving), so a position the current K no longer drafts returns to the
     (drift-shifted) prior instead of keeping a stale estimate."""
 
