@@ -1,0 +1,260 @@
+"""Acceptance profiles and how the simulator samples accepted draft counts.
+
+A profile is the conditional acceptance a_i of draft position i given that
+positions < i were accepted (DESIGN.md, "The math"). Its survival curve
+S_n = prod_{j<=n} a_j is the probability that at least n drafts are accepted.
+
+Sampling uses one uniform u per (sequence, step): the number accepted is the
+largest n <= K with S_n > u. The same u gives nested answers for every K
+(common random numbers), so runs that differ only in K differ only through K,
+and E[n + 1] = AL(K) exactly.
+
+Acceptance may move while a run goes on (``Drifting``: a profile that
+changes with time or step index) or cluster in bursts (``Bursty``: n-gram
+lookup hits long runs in repetitive text, then misses). All figures are
+modelled stand-ins for what a workload would show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from specdeploy.runtime.goodput import acceptance_lengths
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+def survival(per_position: Sequence[float]) -> FloatArray:
+    """S_n = prod_{j<=n} a_j for n = 1..len(per_position)."""
+    out: FloatArray = np.cumprod(np.asarray(per_position, dtype=np.float64), dtype=np.float64)
+    return out
+
+
+def count_accepted(surv: FloatArray, u: FloatArray, k: int) -> IntArray:
+    """Largest n <= k with S_n > u, for each uniform in ``u`` (S decreasing)."""
+    if k <= 0 or surv.size == 0:
+        return np.zeros(u.shape, dtype=np.int64)
+    # -S is ascending; the count of S_n > u is the count of -S_n < -u.
+    return _searchsorted_neg(-surv[: min(k, surv.size)], u)
+
+
+def _searchsorted_neg(neg_head: FloatArray, u: FloatArray) -> IntArray:
+    counts: IntArray = np.searchsorted(neg_head, -u, side="left")
+    return counts
+
+
+class AcceptanceModel(Protocol):
+    """What the engine asks: accepted counts for one step's decoding sequences."""
+
+    @property
+    def positions(self) -> int:
+        """Draft positions the model has rates for."""
+        ...
+
+    def nominal(self) -> tuple[float, ...]:
+        """The per-position rates at the start of a run (a profile's prior)."""
+        ...
+
+    def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
+        """Fresh per-run state for ``slots`` batch slots."""
+        ...
+
+
+class AcceptanceSampler(Protocol):
+    """Per-run sampling state (e.g. each slot's burst state)."""
+
+    def admit(self, slots: IntArray) -> None:
+        """New requests took these slots: reset whatever they carried."""
+        ...
+
+    def accepted(self, u: FloatArray, decoding: BoolArray, k: int, step: int, t: float) -> IntArray:
+        """Accepted drafts per slot given each slot's uniform (all slots at once).
+
+        Entries of slots that are not ``decoding`` are meaningless; burst
+        states only move for decoding slots.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A fixed conditional acceptance profile."""
+
+    per_position: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not self.per_position or not all(0.0 <= a <= 1.0 for a in self.per_position):
+            raise ValueError(f"per-position rates must be in [0, 1]: {self.per_position}")
+
+    @property
+    def positions(self) -> int:
+        return len(self.per_position)
+
+    def nominal(self) -> tuple[float, ...]:
+        return self.per_position
+
+    def acceptance_length(self, k: int) -> float:
+        """AL(K) = 1 + sum_{i<=K} S_i."""
+        return float(acceptance_lengths(self.per_position, k)[k])
+
+    def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
+        return _StaticSampler(survival(self.per_position))
+
+
+@dataclass
+class _StaticSampler:
+    surv: FloatArray
+
+    def admit(self, slots: IntArray) -> None:
+        return None
+
+    def accepted(self, u: FloatArray, decoding: BoolArray, k: int, step: int, t: float) -> IntArray:
+        return count_accepted(self.surv, u, k)
+
+
+@dataclass(frozen=True)
+class Drifting:
+    """Acceptance that moves from ``before`` to ``after`` at ``at`` over ``ramp``.
+
+    ``clock`` is "seconds" (simulated time) or "steps" (step index): drift
+    scenarios test how fast a policy notices the workload changed.
+    """
+
+    before: Profile
+    after: Profile
+    at: float
+    ramp: float = 0.0
+    clock: str = "seconds"
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("seconds", "steps"):
+            raise ValueError(f"clock must be 'seconds' or 'steps', got {self.clock!r}")
+
+    @property
+    def positions(self) -> int:
+        return max(self.before.positions, self.after.positions)
+
+    def nominal(self) -> tuple[float, ...]:
+        return self.before.per_position
+
+    def weight(self, step: int, t: float) -> float:
+        """0 before the drift, 1 after it, linear over the ramp."""
+        x = t if self.clock == "seconds" else float(step)
+        if self.ramp <= 0.0:
+            return 1.0 if x >= self.at else 0.0
+        return min(1.0, max(0.0, (x - self.at) / self.ramp))
+
+    def rates_at(self, step: int, t: float) -> FloatArray:
+        """Per-position rates in force at (step, t)."""
+        n = self.positions
+        a = np.zeros(n)
+        b = np.zeros(n)
+        a[: self.before.positions] = self.before.per_position
+        b[: self.after.positions] = self.after.per_position
+        w = self.weight(step, t)
+        rates: FloatArray = (1.0 - w) * a + w * b
+        return rates
+
+    def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
+        return _DriftSampler(self)
+
+
+@dataclass
+class _DriftSampler:
+    drift: Drifting
+    _last_w: float = -1.0
+    _surv: FloatArray = field(default_factory=lambda: np.zeros(0))
+
+    def admit(self, slots: IntArray) -> None:
+        return None
+
+    def accepted(self, u: FloatArray, decoding: BoolArray, k: int, step: int, t: float) -> IntArray:
+        w = self.drift.weight(step, t)
+        if w != self._last_w:
+            self._surv = survival(self.drift.rates_at(step, t).tolist())
+            self._last_w = w
+        return count_accepted(self._surv, u, k)
+
+
+@dataclass(frozen=True)
+class Bursty:
+    """Two-state acceptance per sequence: bursts of ``hit`` among ``miss``.
+
+    Each sequence is in a hit state (text that repeats its context, where
+    n-gram lookup drafts well) or a miss state; it enters a burst with
+    probability ``p_enter`` per step and leaves with ``p_exit``. New requests
+    start in the stationary mix.
+    """
+
+    miss: Profile
+    hit: Profile
+    p_enter: float
+    p_exit: float
+
+    @property
+    def positions(self) -> int:
+        return max(self.miss.positions, self.hit.positions)
+
+    @property
+    def hit_fraction(self) -> float:
+        """Stationary share of steps spent in a burst."""
+        return self.p_enter / (self.p_enter + self.p_exit)
+
+    def nominal(self) -> tuple[float, ...]:
+        """Conditional rates of the stationary mixture (what counts would estimate)."""
+        n = self.positions
+        h = self.hit_fraction
+        s_miss = np.zeros(n)
+        s_hit = np.zeros(n)
+        s_miss[: self.miss.positions] = survival(self.miss.per_position)
+        s_hit[: self.hit.positions] = survival(self.hit.per_position)
+        mixed = (1.0 - h) * s_miss + h * s_hit
+        prev = np.concatenate(([1.0], mixed[:-1]))
+        rates = np.divide(mixed, prev, out=np.zeros(n), where=prev > 0)
+        return tuple(float(r) for r in rates)
+
+    def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
+        return _BurstySampler(self, rng, slots)
+
+
+class _BurstySampler:
+    def __init__(self, model: Bursty, rng: np.random.Generator, slots: int) -> None:
+        self.model, self.rng = model, rng
+        self.in_burst: BoolArray = np.zeros(slots, dtype=bool)
+        n = model.positions
+        self.surv_miss: FloatArray = np.zeros(n)
+        self.surv_hit: FloatArray = np.zeros(n)
+        self.surv_miss[: model.miss.positions] = survival(model.miss.per_position)
+        self.surv_hit[: model.hit.positions] = survival(model.hit.per_position)
+
+    def admit(self, slots: IntArray) -> None:
+        self.in_burst[slots] = self.rng.random(slots.size) < self.model.hit_fraction
+
+    def accepted(self, u: FloatArray, decoding: BoolArray, k: int, step: int, t: float) -> IntArray:
+        state = self.in_burst.copy()
+        flip = self.rng.random(state.size)
+        moved = np.where(state, flip >= self.model.p_exit, flip < self.model.p_enter)
+        self.in_burst = np.where(decoding, moved, state)
+        miss = count_accepted(self.surv_miss, u, k)
+        hit = count_accepted(self.surv_hit, u, k)
+        out: IntArray = np.where(state, hit, miss)
+        return out
+
+
+# Default profiles (modelled). MT-Bench-like EAGLE; EAGLE-3 tuned so that
+# AL(7) is ~3.5 as vLLM reports for Llama-3.1-8B on MT-Bench (#26191), with
+# the 7th draft surviving <10% of the time; a 1B draft model for a 70B
+# target; n-gram lookup low on chat with bursts of copying.
+EAGLE_MT_BENCH = Profile((0.8, 0.7, 0.6, 0.5, 0.42, 0.36, 0.3))
+EAGLE3_MT_BENCH = Profile((0.84, 0.76, 0.7, 0.64, 0.58, 0.52, 0.46))
+DRAFT_MODEL_MT_BENCH = Profile((0.75, 0.68, 0.62, 0.57, 0.53, 0.5, 0.47))
+NGRAM_MISS = Profile((0.2, 0.25, 0.3, 0.3, 0.3, 0.3, 0.3))
+NGRAM_HIT = Profile((0.92, 0.9, 0.88, 0.86, 0.84, 0.82, 0.8))
+NGRAM_CHAT = Bursty(miss=NGRAM_MISS, hit=NGRAM_HIT, p_enter=0.04, p_exit=0.12)
