@@ -1,0 +1,146 @@
+"""``specdeploy simulate`` and the comparison behind it (modelled figures)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdeploy.cli import main
+from specdeploy.runtime.sim.compare import parse_policies
+from specdeploy.runtime.sim.scenarios import drift_profiles, recovery_steps
+
+CONTRACT_KEYS = {"policy", "batch_size", "tokens_per_s", "mean_k", "k_changes_per_1000_steps"}
+
+
+def _simulate(tmp_path: Path, *args: str) -> dict[str, object]:
+    out = tmp_path / "out.json"
+    code = main(
+        ["simulate", "--quiet", "--steps", "300", "--warmup-steps", "50", *args, "--json", str(out)]
+    )
+    assert code == 0
+    doc: dict[str, object] = json.loads(out.read_text())
+    return doc
+
+
+def test_list_presets_names_the_seed_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--list-presets"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"seed-dense", "seed-moe"} <= set(names)
+
+
+def test_steady_json_has_one_record_per_policy_and_batch_size(tmp_path: Path) -> None:
+    doc = _simulate(
+        tmp_path, "--preset", "seed-dense", "--batch-sizes", "1,256",
+        "--policies", "vanilla,fixed:3,table,adaptive,oracle",
+    )  # fmt: skip
+    assert doc["preset"] == "seed-dense"
+    assert doc["source"] == "modelled"
+    results = doc["results"]
+    assert isinstance(results, list)
+    assert {(r["policy"], r["batch_size"]) for r in results} == {
+        (p, b) for p in ("vanilla", "fixed:3", "table", "adaptive", "oracle") for b in (1, 256)
+    }
+    for r in results:
+        assert set(r) >= CONTRACT_KEYS
+        assert r["tokens_per_s"] > 0
+
+
+def test_oracle_is_the_best_fixed_k_and_vanilla_never_speculates(tmp_path: Path) -> None:
+    doc = _simulate(
+        tmp_path, "--preset", "seed-dense", "--batch-sizes", "2,256",
+        "--policies", "vanilla,fixed:0,fixed:1,fixed:3,fixed:5,oracle",
+    )  # fmt: skip
+    rows = {(r["policy"], r["batch_size"]): r for r in doc["results"]}  # type: ignore[attr-defined]
+    for bs in (2, 256):
+        assert rows[("vanilla", bs)]["mean_k"] == 0
+        fixed = [rows[(f"fixed:{k}", bs)]["tokens_per_s"] for k in (0, 1, 3, 5)]
+        assert rows[("oracle", bs)]["tokens_per_s"] >= max(fixed)
+    # the trade-off exists in the model: more K wins at BS 2, loses at BS 256
+    assert rows[("oracle", 2)]["oracle_k"] > rows[("oracle", 256)]["oracle_k"]
+
+
+def test_table_policy_uses_the_derived_schedule(tmp_path: Path) -> None:
+    doc = _simulate(
+        tmp_path, "--preset", "seed-dense", "--batch-sizes", "1,256", "--policies", "table"
+    )
+    schedule = doc["schedule"]
+    assert isinstance(schedule, list)
+    k_at = {bs: next(k for lo, hi, k in schedule if lo <= bs <= hi) for bs in (1, 256)}
+    for r in doc["results"]:  # type: ignore[attr-defined]
+        assert r["mean_k"] == pytest.approx(k_at[r["batch_size"]], abs=0.05)
+
+
+def test_drift_scenario_adaptive_lowers_k_and_table_does_not(tmp_path: Path) -> None:
+    doc = _simulate(
+        tmp_path, "--preset", "seed-dense", "--scenario", "drift", "--batch-sizes", "32",
+        "--policies", "table,adaptive,oracle", "--steps", "1500",
+    )  # fmt: skip
+    scenario = doc["scenario"]
+    assert isinstance(scenario, dict)
+    assert scenario["oracle_k_after"] < scenario["oracle_k_before"]
+    rows = {r["policy"]: r for r in doc["results"]}  # type: ignore[attr-defined]
+    assert rows["adaptive"]["k_after_drift"] < scenario["oracle_k_before"]
+    assert rows["table"]["k_after_drift"] == scenario["oracle_k_before"]
+    assert rows["adaptive"]["final_ratio_to_oracle"] > rows["table"]["final_ratio_to_oracle"]
+
+
+def test_oscillation_makes_the_per_step_lookup_thrash_but_not_adaptive(tmp_path: Path) -> None:
+    doc = _simulate(
+        tmp_path, "--preset", "seed-dense", "--scenario", "oscillate",
+        "--policies", "table,adaptive", "--steps", "1000",
+    )  # fmt: skip
+    rows = {r["policy"]: r for r in doc["results"]}  # type: ignore[attr-defined]
+    assert rows["table"]["k_changes_per_1000_steps"] > 50
+    assert rows["adaptive"]["k_changes_per_1000_steps"] <= 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["--preset", "no-such"], "no-such", id="unknown preset"),
+        pytest.param([], "--preset", id="missing preset"),
+        pytest.param(
+            ["--preset", "seed-dense", "--policies", "fixed:9"], "fixed:9", id="K above maxK"
+        ),
+        pytest.param(
+            ["--preset", "seed-dense", "--policies", "greedy"], "greedy", id="unknown policy"
+        ),
+        pytest.param(
+            ["--preset", "seed-dense", "--batch-sizes", "1,x"], "--batch-sizes", id="not ints"
+        ),
+        pytest.param(["--preset", "seed-dense", "--batch-sizes", "0"], "--batch-sizes", id="zero"),
+        pytest.param(
+            ["--preset", "seed-dense", "--batch-sizes", "4096"], "4096", id="above max batch"
+        ),
+    ],
+)
+def test_bad_input_exits_2_naming_the_problem(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "never.json"
+    assert main(["simulate", "--quiet", "--steps", "100", *args, "--json", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_parse_policies_rejects_duplicates_and_accepts_the_contract_list() -> None:
+    assert parse_policies("vanilla,fixed:3,table,adaptive,oracle", max_k=5) == [
+        "vanilla", "fixed:3", "table", "adaptive", "oracle",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="twice"):
+        parse_policies("table,table", max_k=5)
+
+
+def test_recovery_is_the_first_window_after_which_all_windows_are_close() -> None:
+    assert recovery_steps([0.9, 0.97, 0.99, 0.985, 1.0], window=100) == 200
+    assert recovery_steps([0.99, 0.9, 0.99], window=100) == 200
+    assert recovery_steps([0.99, 0.9], window=100) is None
+
+
+def test_drift_profiles_move_the_first_position_from_08_to_05() -> None:
+    before, after = drift_profiles((0.75, 0.6, 0.5))
+    assert before.per_position[0] == pytest.approx(0.8)
+    assert after.per_position[0] == pytest.approx(0.5)
+    assert after.per_position[1] < before.per_position[1]
