@@ -24,7 +24,6 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
