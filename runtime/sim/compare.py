@@ -25,8 +25,9 @@ from typing import Any
 
 from specdeploy.runtime.kpolicy import KPolicy
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
+from specdeploy.runtime.policy_static import FixedPolicy
 from specdeploy.runtime.profile import SpeculationProfile
-from specdeploy.runtime.sim.engine import FixedK, SimResult
+from specdeploy.runtime.sim.engine import SimResult
 from specdeploy.runtime.sim.presets import Preset
 from specdeploy.runtime.sim.workload import ClosedLoop, Workload
 
@@ -99,7 +100,7 @@ class Comparison:
         if name == "vanilla":
             return None
         if name.startswith("fixed:"):
-            return FixedK(int(name.removeprefix("fixed:")), name=name)
+            return FixedPolicy(int(name.removeprefix("fixed:")))
         if name == "table":
             return TablePolicy.from_profile(self.profile, max_batch_size=self.preset.max_batch_size)
         if name == "adaptive":
@@ -161,7 +162,7 @@ def compare_steady(
             k: int, wl: Workload = workload, cache: dict[int, SimResult] = fixed
         ) -> SimResult:
             if k not in cache:
-                cache[k] = cmp.run(FixedK(k), wl)
+                cache[k] = cmp.run(FixedPolicy(k), wl)
             return cache[k]
 
         for name in policies:

@@ -25,7 +25,6 @@ modelled time, not wall time.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -69,27 +68,6 @@ class EngineConfig:
             raise ValueError("max_batch_size must be >= 1 and max_k >= 0")
         if self.max_batched_tokens < self.max_batch_size * (self.max_k + 1):
             raise ValueError("max_batched_tokens must fit a full batch of maxK+1 tokens")
-
-
-@dataclass
-class FixedK:
-    """The fixed-K baseline (vLLM's static ``num_speculative_tokens``)."""
-
-    k: int
-    name: str = "fixed"
-
-    def choose_k(self, batch_size: int) -> int:
-        return self.k
-
-    def observe(
-        self,
-        batch_size: int,
-        k: int,
-        step_seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
-        return None
 
 
 @dataclass(frozen=True)
@@ -271,7 +249,7 @@ def simulate(
     if steps is None and duration_s is None:
         raise ValueError("give steps or duration_s")
     if config.speculative and policy is None:
-        raise ValueError("a speculative engine needs a policy (FixedK(k) for a fixed K)")
+        raise ValueError("a speculative engine needs a policy (FixedPolicy(k) for a fixed K)")
     return _Run(config, workload, policy, seed, warmup_steps, trace).run(steps, duration_s)
 
 

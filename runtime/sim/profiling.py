@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdeploy.runtime.goodput import acceptance_lengths
+from specdeploy.runtime.policy_static import FixedPolicy
 from specdeploy.runtime.profile import (
     Acceptance,
     Measurement,
@@ -29,7 +30,7 @@ from specdeploy.runtime.profile import (
     SpeculationProfile,
     parse_profile,
 )
-from specdeploy.runtime.sim.engine import FixedK, SimResult, simulate
+from specdeploy.runtime.sim.engine import SimResult, simulate
 from specdeploy.runtime.sim.presets import Preset
 from specdeploy.runtime.sim.workload import ClosedLoop, fixed
 
@@ -57,7 +58,7 @@ def profile_cell(
     config = preset.engine_config(max_batch_size=batch_size)
     warmup = -(-batch_size * prompt // config.max_batched_tokens) + 1
     result = simulate(
-        config, workload, FixedK(k), steps=steps + 2 * warmup + 2, seed=seed, trace=True
+        config, workload, FixedPolicy(k), steps=steps + 2 * warmup + 2, seed=seed, trace=True
     )
     assert result.trace is not None
     tr = result.trace

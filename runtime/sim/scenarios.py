@@ -21,9 +21,10 @@ import numpy as np
 
 from specdeploy.runtime.kpolicy import KPolicy
 from specdeploy.runtime.policy import static_lookup
+from specdeploy.runtime.policy_static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
 from specdeploy.runtime.sim.compare import Comparison, PolicyResult
-from specdeploy.runtime.sim.engine import FixedK, SimResult, StepTrace
+from specdeploy.runtime.sim.engine import SimResult, StepTrace
 from specdeploy.runtime.sim.workload import ClosedLoop, OscillatingLoop
 
 DRIFT_BEFORE_FIRST = 0.8
@@ -90,7 +91,8 @@ def recovery_steps(ratios: Sequence[float], window: int) -> int | None:
 
 def _best_fixed(cmp: Comparison, workload: ClosedLoop, acceptance: Profile) -> tuple[int, float]:
     results = {
-        k: cmp.run(FixedK(k), workload, acceptance=acceptance).tokens_per_s for k in cmp.allowed_k()
+        k: cmp.run(FixedPolicy(k), workload, acceptance=acceptance).tokens_per_s
+        for k in cmp.allowed_k()
     }
     best = max(results, key=lambda k: results[k])
     return best, results[best]
@@ -184,7 +186,7 @@ def compare_oscillate(
         prompt=cmp.preset.workload.prompt,
         output=cmp.preset.workload.output,
     )
-    fixed = {k: cmp.run(FixedK(k), workload) for k in cmp.allowed_k()}
+    fixed = {k: cmp.run(FixedPolicy(k), workload) for k in cmp.allowed_k()}
     oracle_k = max(fixed, key=lambda k: fixed[k].tokens_per_s)
     rows = []
     for name in policies:

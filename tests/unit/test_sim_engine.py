@@ -10,8 +10,9 @@ import pytest
 
 from specdeploy.runtime.goodput import acceptance_length
 from specdeploy.runtime.kpolicy import KPolicy, conditional_counts
+from specdeploy.runtime.policy_static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
-from specdeploy.runtime.sim.engine import EngineConfig, FixedK, simulate
+from specdeploy.runtime.sim.engine import EngineConfig, simulate
 from specdeploy.runtime.sim.presets import get_preset
 from specdeploy.runtime.sim.workload import (
     ClosedLoop,
@@ -49,15 +50,15 @@ class Recording:
 
 
 def test_fixed_k_is_a_kpolicy() -> None:
-    assert isinstance(FixedK(3), KPolicy)
+    assert isinstance(FixedPolicy(3), KPolicy)
     assert isinstance(Recording(), KPolicy)
 
 
 def test_same_seed_same_run_other_seed_other_run() -> None:
     kw = {"steps": 400, "trace": True}
-    a = LLAMA.simulate(FixedK(3), ClosedLoop(32), seed=1, **kw)  # type: ignore[arg-type]
-    b = LLAMA.simulate(FixedK(3), ClosedLoop(32), seed=1, **kw)  # type: ignore[arg-type]
-    c = LLAMA.simulate(FixedK(3), ClosedLoop(32), seed=2, **kw)  # type: ignore[arg-type]
+    a = LLAMA.simulate(FixedPolicy(3), ClosedLoop(32), seed=1, **kw)  # type: ignore[arg-type]
+    b = LLAMA.simulate(FixedPolicy(3), ClosedLoop(32), seed=1, **kw)  # type: ignore[arg-type]
+    c = LLAMA.simulate(FixedPolicy(3), ClosedLoop(32), seed=2, **kw)  # type: ignore[arg-type]
     assert a.trace is not None and b.trace is not None
     assert (a.total_tokens, a.sim_seconds) == (b.total_tokens, b.sim_seconds)
     assert np.array_equal(a.trace.tokens, b.trace.tokens)
@@ -68,7 +69,7 @@ def test_tokens_are_conserved_when_every_request_completes() -> None:
     # 40 requests of exactly 30 output tokens arrive in the first second, then none.
     rate = PiecewiseRate(((0.0, 40.0), (1.0, 0.0)))
     workload = OpenLoop(rate, fixed(20), fixed(30))
-    result = LLAMA.simulate(FixedK(4), workload, duration_s=20.0, seed=3, trace=True)
+    result = LLAMA.simulate(FixedPolicy(4), workload, duration_s=20.0, seed=3, trace=True)
     assert result.trace is not None
     assert result.completed_requests > 10
     assert result.total_tokens == 30 * result.completed_requests
@@ -77,7 +78,7 @@ def test_tokens_are_conserved_when_every_request_completes() -> None:
 
 
 def test_each_step_produces_between_one_and_k_plus_one_tokens_per_sequence() -> None:
-    result = LLAMA.simulate(FixedK(3), ClosedLoop(64), steps=600, seed=4, trace=True)
+    result = LLAMA.simulate(FixedPolicy(3), ClosedLoop(64), steps=600, seed=4, trace=True)
     tr = result.trace
     assert tr is not None
     decode_only = tr.prefill_tokens == 0
@@ -91,7 +92,7 @@ def test_each_step_produces_between_one_and_k_plus_one_tokens_per_sequence() -> 
 
 def test_vanilla_produces_one_token_per_decoding_sequence_and_has_no_draft_cost() -> None:
     vanilla = LLAMA.simulate(None, ClosedLoop(16), speculative=False, steps=300, trace=True)
-    k0 = LLAMA.simulate(FixedK(0), ClosedLoop(16), steps=300, trace=True)
+    k0 = LLAMA.simulate(FixedPolicy(0), ClosedLoop(16), steps=300, trace=True)
     assert vanilla.trace is not None and k0.trace is not None
     assert vanilla.mean_k == 0.0
     pure = vanilla.trace.prefill_tokens == 0
@@ -105,15 +106,15 @@ def test_speculative_engine_requires_a_policy() -> None:
     with pytest.raises(ValueError, match="policy"):
         LLAMA.simulate(None, ClosedLoop(4), steps=10)
     with pytest.raises(ValueError, match="steps or duration"):
-        LLAMA.simulate(FixedK(1), ClosedLoop(4))
+        LLAMA.simulate(FixedPolicy(1), ClosedLoop(4))
 
 
 def test_closed_loop_keeps_the_batch_at_the_concurrency() -> None:
-    result = LLAMA.simulate(FixedK(2), ClosedLoop(48), steps=2000, seed=5, trace=True)
+    result = LLAMA.simulate(FixedPolicy(2), ClosedLoop(48), steps=2000, seed=5, trace=True)
     assert result.trace is not None
     assert np.all(result.trace.batch_size == 48)
     assert result.completed_requests > 100  # requests did finish and were replaced
-    capped = LLAMA.simulate(FixedK(2), ClosedLoop(1000), steps=50, seed=5, trace=True)
+    capped = LLAMA.simulate(FixedPolicy(2), ClosedLoop(1000), steps=50, seed=5, trace=True)
     assert capped.trace is not None
     assert capped.trace.batch_size.max() == LLAMA.max_batch_size
 
@@ -153,7 +154,7 @@ def test_engine_counts_match_the_reference_conditional_counts() -> None:
 
 
 def test_observed_acceptance_matches_the_profile() -> None:
-    result = LLAMA.simulate(FixedK(5), ClosedLoop(128), steps=1500, seed=9)
+    result = LLAMA.simulate(FixedPolicy(5), ClosedLoop(128), steps=1500, seed=9)
     observed = result.acceptance_per_position()
     assert observed.size == LLAMA.max_k
     assert observed[:5] == pytest.approx(LLAMA.acceptance.nominal()[:5], abs=0.02)
@@ -162,7 +163,7 @@ def test_observed_acceptance_matches_the_profile() -> None:
 
 def test_open_loop_batch_size_follows_the_arrival_rate() -> None:
     rate = PiecewiseRate(((0.0, 4.0), (20.0, 40.0), (40.0, 4.0)))
-    result = LLAMA.simulate(FixedK(3), OpenLoop(rate), duration_s=60.0, seed=10, trace=True)
+    result = LLAMA.simulate(FixedPolicy(3), OpenLoop(rate), duration_s=60.0, seed=10, trace=True)
     tr = result.trace
     assert tr is not None
 
@@ -179,7 +180,7 @@ def test_open_loop_batch_size_follows_the_arrival_rate() -> None:
 
 
 def test_windowed_throughput_adds_up_to_the_total() -> None:
-    result = LLAMA.simulate(FixedK(2), ClosedLoop(32), steps=1500, seed=12, trace=True)
+    result = LLAMA.simulate(FixedPolicy(2), ClosedLoop(32), steps=1500, seed=12, trace=True)
     assert result.trace is not None
     ends, rates = result.trace.windowed_throughput(0.5)
     assert float((rates * 0.5).sum()) == pytest.approx(result.total_tokens)
@@ -187,8 +188,8 @@ def test_windowed_throughput_adds_up_to_the_total() -> None:
 
 
 def test_warmup_steps_are_run_but_not_counted() -> None:
-    full = LLAMA.simulate(FixedK(2), ClosedLoop(32), steps=500, seed=13)
-    tail = LLAMA.simulate(FixedK(2), ClosedLoop(32), steps=400, warmup_steps=100, seed=13)
+    full = LLAMA.simulate(FixedPolicy(2), ClosedLoop(32), steps=500, seed=13)
+    tail = LLAMA.simulate(FixedPolicy(2), ClosedLoop(32), steps=400, warmup_steps=100, seed=13)
     assert tail.steps == 400
     assert tail.total_tokens < full.total_tokens
     assert tail.sim_seconds < full.sim_seconds
@@ -197,7 +198,7 @@ def test_warmup_steps_are_run_but_not_counted() -> None:
 def test_acceptance_drift_shows_in_windowed_throughput() -> None:
     drift = Drifting(Profile((0.9, 0.85, 0.8, 0.75)), Profile((0.3, 0.2, 0.1, 0.1)), at=10.0)
     result = LLAMA.simulate(
-        FixedK(4), ClosedLoop(16), acceptance=drift, duration_s=20.0, seed=14, trace=True
+        FixedPolicy(4), ClosedLoop(16), acceptance=drift, duration_s=20.0, seed=14, trace=True
     )
     assert result.trace is not None
     ends, rates = result.trace.windowed_throughput(2.0)
@@ -213,7 +214,7 @@ def test_engine_config_validates_its_limits() -> None:
     with pytest.raises(ValueError, match="max_batched_tokens"):
         EngineConfig(cost, LLAMA.acceptance, 256, 7, max_batched_tokens=1024)
     assert simulate(
-        EngineConfig(cost, LLAMA.acceptance, 4, 2), ClosedLoop(4), FixedK(9), steps=5
+        EngineConfig(cost, LLAMA.acceptance, 4, 2), ClosedLoop(4), FixedPolicy(9), steps=5
     ).mean_k == pytest.approx(2.0)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdeploy.runtime.sim.engine import FixedK
+from specdeploy.runtime.policy_static import FixedPolicy
 from specdeploy.runtime.sim.hardware import GPUS
 from specdeploy.runtime.sim.presets import PRESETS, get_preset, list_presets
 from specdeploy.runtime.sim.profiling import modelled_best_k
@@ -54,7 +54,7 @@ def test_seed_fingerprints_name_the_seed_hardware() -> None:
 
 def _tokens_per_s(name: str, bs: int, k: int | None) -> float:
     p = get_preset(name)
-    policy = None if k is None else FixedK(k)
+    policy = None if k is None else FixedPolicy(k)
     result = p.simulate(
         policy, ClosedLoop(bs), speculative=k is not None, steps=1200, warmup_steps=300, seed=21
     )
