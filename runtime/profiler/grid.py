@@ -1,0 +1,159 @@
+"""The measured grid: cells measured so far, pooled acceptance, and the goodput they imply.
+
+Both searches drive the backend through ``Grid.measure``, which repeats a
+cell until ``Sampling`` says it is stable, never measures a cell twice, and
+tells the progress observer. Acceptance is pooled over every cell: it
+depends on the workload, not on the batch size (DESIGN.md, "The math"), so
+every cell's conditional draft counts sharpen the same per-position rates.
+
+An out-of-memory failure above the smallest batch size is not fatal: that
+batch size does not fit, so neither does any larger one (``BatchTooLarge``
+lets the search drop them). At the smallest batch size it is: nothing fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from specdeploy.runtime.goodput import acceptance_lengths
+from specdeploy.runtime.profiler.backend import CellSample, DeterministicFailure, ProfilerBackend
+from specdeploy.runtime.profiler.exit_codes import is_out_of_memory
+from specdeploy.runtime.profiler.sampling import CellStats, Sampling
+
+Cell = tuple[int, int]
+"""(batch size, K)."""
+
+
+class BatchTooLarge(Exception):
+    """Out of memory at a batch size above the smallest one."""
+
+    def __init__(self, batch_size: int, reason: str) -> None:
+        super().__init__(f"batch size {batch_size} does not fit: {reason}")
+        self.batch_size = batch_size
+        self.reason = reason
+
+
+class Observer(Protocol):
+    """Told about each cell (progress display, logs)."""
+
+    def cell_started(self, batch_size: int, k: int) -> None: ...
+
+    def cell_done(self, stats: CellStats, *, done: int, planned: int) -> None: ...
+
+
+class Grid:
+    """Measured cells keyed by (batch size, K), and what they say about goodput."""
+
+    def __init__(
+        self,
+        backend: ProfilerBackend,
+        sampling: Sampling,
+        *,
+        max_k: int,
+        smallest_batch_size: int,
+        observer: Observer | None = None,
+    ) -> None:
+        self.backend = backend
+        self.sampling = sampling
+        self.max_k = max_k
+        self.smallest_batch_size = smallest_batch_size
+        self.observer = observer
+        self.cells: dict[Cell, CellStats] = {}
+        self.planned = 0
+        """The search's current estimate of how many cells it will measure."""
+        self.calls = 0
+        self.log: list[str] = []
+        self.dropped_from: int | None = None
+
+    # --- measuring ---------------------------------------------------------
+
+    def measure(self, batch_size: int, k: int) -> CellStats:
+        """The cell's stats, measured to stability the first time it is asked for."""
+        known = self.cells.get((batch_size, k))
+        if known is not None:
+            return known
+        if not 0 <= k <= self.max_k:
+            raise ValueError(f"k={k} outside 0..maxK={self.max_k}")
+        if self.observer is not None:
+            self.observer.cell_started(batch_size, k)
+        stats = CellStats(batch_size, k)
+        while not stats.stable(self.sampling):
+            stats.add(self._one_repeat(batch_size, k))
+        self.cells[(batch_size, k)] = stats
+        self.planned = max(self.planned, len(self.cells))
+        if self.observer is not None:
+            self.observer.cell_done(stats, done=len(self.cells), planned=self.planned)
+        return stats
+
+    def _one_repeat(self, batch_size: int, k: int) -> CellSample:
+        try:
+            sample = self.backend.measure(batch_size, k, self.sampling.steps)
+        except DeterministicFailure as err:
+            if is_out_of_memory(err) and batch_size > self.smallest_batch_size:
+                raise BatchTooLarge(batch_size, err.reason) from err
+            raise
+        self.calls += 1
+        return sample
+
+    def drop_sizes_from(self, batch_size: int) -> None:
+        """Forget every cell at ``batch_size`` or above (they do not fit)."""
+        self.cells = {c: s for c, s in self.cells.items() if c[0] < batch_size}
+        self.dropped_from = (
+            batch_size if self.dropped_from is None else min(self.dropped_from, batch_size)
+        )
+        self.note(f"batch size {batch_size} and above do not fit: dropped")
+
+    def note(self, line: str) -> None:
+        """Record one search decision (kept in the raw output for review)."""
+        self.log.append(line)
+
+    # --- what the cells say ------------------------------------------------
+
+    def top_k(self) -> int:
+        """The largest K measured (0 before any speculative cell)."""
+        return max((k for _, k in self.cells), default=0)
+
+    def draft_counts(self) -> tuple[list[int], list[int]]:
+        """Pooled conditional (drafted, accepted) per position, 1..maxK."""
+        drafted = [0] * self.max_k
+        accepted = [0] * self.max_k
+        for stats in self.cells.values():
+            for i in range(min(self.max_k, len(stats.drafted))):
+                drafted[i] += stats.drafted[i]
+                accepted[i] += stats.accepted[i] if i < len(stats.accepted) else 0
+        return drafted, accepted
+
+    def per_position(self, positions: int | None = None) -> list[float]:
+        """Conditional acceptance per position from pooled counts.
+
+        A position never drafted counts as 0.0: no evidence of acceptance is
+        no reason to draft it.
+        """
+        drafted, accepted = self.draft_counts()
+        n = self.max_k if positions is None else positions
+        return [accepted[i] / drafted[i] if drafted[i] else 0.0 for i in range(n)]
+
+    def goodput(self, batch_size: int, k: int) -> float:
+        """AL(K) / ITL in tokens/s per sequence, from the pooled acceptance."""
+        al = acceptance_lengths(self.per_position(), self.max_k)[k]
+        return float(al) / self.cells[(batch_size, k)].mean_seconds
+
+    def measured_ks(self, batch_size: int) -> list[int]:
+        return sorted(k for bs, k in self.cells if bs == batch_size)
+
+    def best_k(self, batch_size: int) -> int:
+        """The measured K with the highest goodput at ``batch_size`` (ties: smaller K)."""
+        ks = self.measured_ks(batch_size)
+        if not ks:
+            raise KeyError(f"nothing measured at batch size {batch_size}")
+        scores = {k: self.goodput(batch_size, k) for k in ks}
+        return max(ks, key=lambda k: (scores[k], -k))
+
+    def measured_seconds(self) -> float:
+        """Engine seconds in counted steps over all cells (warm-up excluded)."""
+        return sum(s.measured_seconds for s in self.cells.values())
+
+
+Strategy = Callable[[Grid, list[int]], None]
+"""A search: measures cells of ``Grid`` over the given ascending batch sizes."""

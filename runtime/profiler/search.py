@@ -1,0 +1,200 @@
+"""Which cells to measure: the exhaustive grid, or a smart search for the same table.
+
+The table only needs, at each batch size, the K of highest goodput
+(AL(K) / ITL). The exhaustive search measures every (batch size, K) cell.
+The smart search measures what can change that answer:
+
+* **K sweep with early stop.** At the smallest and largest batch sizes K is
+  raised from 0 and stops once goodput has fallen below the best twice in a
+  row: past its peak goodput keeps falling (each extra position is accepted
+  with a lower probability and costs at least as much), and two falls
+  rather than one keep a noisy cell from stopping the sweep early.
+* **Bisection over batch sizes.** The middle batch size is always probed
+  (a best K that rises then falls, as on MoE models, hides between equal
+  ends). Then each interval whose two ends disagree on the best K is
+  bisected until the batch size where it changes is pinned between
+  neighbours; an interval whose ends agree is not measured inside: the
+  schedule interpolates step times linearly between measured batch sizes,
+  and a K that beats another at both ends of a linear segment beats it
+  everywhere on it, so the derived schedule keeps that K there anyway.
+* **Local probes.** Inside an interval the best K is sought around the
+  neighbours' best K (their mean, rounded), moving up or down while goodput
+  improves, so a probe measures K=0 and a handful of K, not all of them.
+
+Both rely on ``Grid.measure``, which stops repeating a cell once its
+confidence interval is narrow (``sampling.py``). K=0 is measured at every
+batch size the table covers: the profile requires it (the never-slower
+baseline).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+from specdeploy.runtime.profiler.document import provisional_spec
+from specdeploy.runtime.profiler.grid import BatchTooLarge, Grid, Strategy
+from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
+
+
+class SearchMode(StrEnum):
+    EXHAUSTIVE = "exhaustive"
+    SMART = "smart"
+
+
+FALLS_TO_STOP = 2
+"""Consecutive K below the best after which raising K stops."""
+
+
+def exhaustive(grid: Grid, sizes: list[int]) -> None:
+    """Every K at every batch size."""
+    grid.planned = len(sizes) * (grid.max_k + 1)
+    for bs in sizes:
+        for k in range(grid.max_k + 1):
+            grid.measure(bs, k)
+
+
+def smart(grid: Grid, sizes: list[int]) -> None:
+    """The pruned search of the module docstring."""
+    n, full = len(sizes), grid.max_k + 1
+    grid.planned = max(grid.planned, min(n * full, min(n, 2) * full + max(n - 2, 0) * 4))
+    best: dict[int, int] = {}
+    best[0] = sweep_up(grid, sizes[0])
+    if len(sizes) == 1:
+        return
+    last = len(sizes) - 1
+    best[last] = sweep_up(grid, sizes[last])
+    _bisect(grid, sizes, best, 0, last, force=True)
+    verify(grid, sizes)
+
+
+def _bisect(
+    grid: Grid, sizes: list[int], best: dict[int, int], i: int, j: int, force: bool
+) -> None:
+    """Probe between sizes[i] and sizes[j] while their best K differ (or ``force``)."""
+    if j - i < 2:
+        return
+    if best[i] == best[j] and not force:
+        grid.note(f"bs {sizes[i]}..{sizes[j]}: best K {best[i]} at both ends, not probed inside")
+        return
+    m = (i + j) // 2
+    grid.planned = max(grid.planned, len(grid.cells) + 4)
+    best[m] = probe(grid, sizes[m], hint=round((best[i] + best[j]) / 2))
+    _bisect(grid, sizes, best, i, m, force=False)
+    _bisect(grid, sizes, best, m, j, force=False)
+
+
+def sweep_up(grid: Grid, bs: int) -> int:
+    """Raise K from 0 until goodput has fallen below the best twice; the best K."""
+    grid.measure(bs, 0)
+    best_k, best_g = 0, grid.goodput(bs, 0)
+    falls = 0
+    for k in range(1, grid.max_k + 1):
+        grid.measure(bs, k)
+        g = grid.goodput(bs, k)
+        if g > best_g:
+            best_k, best_g, falls = k, g, 0
+            continue
+        falls += 1
+        if falls >= FALLS_TO_STOP:
+            grid.note(f"bs {bs}: goodput fell twice after K={best_k}, stopped at K={k}")
+            break
+    return best_k
+
+
+def probe(grid: Grid, bs: int, hint: int) -> int:
+    """Best K near ``hint``: measure K=0 and ``hint``, then move while goodput improves."""
+    hint = min(max(hint, 0), grid.max_k)
+    grid.measure(bs, 0)
+    if hint == 0:
+        return sweep_up(grid, bs)
+    grid.measure(bs, hint)
+    best_k = hint if grid.goodput(bs, hint) > grid.goodput(bs, 0) else 0
+    if best_k == 0:
+        best_k = _walk(grid, bs, range(hint - 1, 0, -1), best_k)
+        grid.note(f"bs {bs}: hint K={hint} lost to K=0; best K={best_k}")
+        return best_k
+    up = _walk(grid, bs, range(hint + 1, grid.max_k + 1), best_k)
+    if up != best_k:
+        return up
+    return _walk(grid, bs, range(hint - 1, 0, -1), best_k)
+
+
+def _walk(grid: Grid, bs: int, ks: Iterable[int], best_k: int) -> int:
+    """Measure ``ks`` in order while each beats the best so far; the best K."""
+    best_g = grid.goodput(bs, best_k)
+    for k in ks:
+        grid.measure(bs, k)
+        g = grid.goodput(bs, k)
+        if g <= best_g:
+            break
+        best_k, best_g = k, g
+    return best_k
+
+
+def verify(grid: Grid, sizes: list[int]) -> None:
+    """Measure every cell the derived schedule relies on but only interpolates.
+
+    The schedule interpolates a K's step time between the batch sizes where
+    that K was measured, across any batch size where it was not; over a wide
+    gap that chord can be far from the truth (MoE step time is concave in
+    batch size) and make an unmeasured K look best. So: derive the schedule
+    from the grid as it stands, and wherever it picks a K that is not
+    measured at that batch size (or, for a batch size not probed, at the
+    probed sizes around it), measure that cell; repeat until it only picks
+    measured K.
+    """
+    for _ in range(len(sizes) * (grid.max_k + 1)):
+        missing = _unmeasured_choices(grid, sizes)
+        if not missing:
+            return
+        for bs, k in missing:
+            grid.note(f"bs {bs}: schedule picked unmeasured K={k}, measuring it")
+            grid.measure(bs, k)
+
+
+def _unmeasured_choices(grid: Grid, sizes: list[int]) -> list[tuple[int, int]]:
+    spec = provisional_spec(grid)
+    best = best_k_per_batch_size(goodput_grid(spec), allowed=k_values(spec))
+    probed = sorted({bs for bs, k in grid.cells if k == 0})
+    missing: list[tuple[int, int]] = []
+    for bs in sizes:
+        if bs >= len(best):
+            continue
+        k = int(best[bs])
+        for around in _bracket(probed, bs):
+            if (around, k) not in grid.cells and (around, k) not in missing:
+                missing.append((around, k))
+    return missing
+
+
+def _bracket(probed: list[int], bs: int) -> list[int]:
+    """``bs`` itself when probed, else the probed sizes on either side of it."""
+    if bs in probed:
+        return [bs]
+    below = [p for p in probed if p < bs][-1:]
+    above = [p for p in probed if p > bs][:1]
+    return below + above
+
+
+STRATEGIES: dict[SearchMode, Strategy] = {
+    SearchMode.EXHAUSTIVE: exhaustive,
+    SearchMode.SMART: smart,
+}
+
+
+def run_search(grid: Grid, mode: SearchMode, sizes: Iterable[int]) -> list[int]:
+    """Run ``mode`` over ``sizes``; the batch sizes that fit (OOM drops the larger ones).
+
+    An out-of-memory failure above the smallest batch size drops that size
+    and every larger one and starts the search again on the rest; cells
+    already measured are kept, so the restart costs no measurement.
+    """
+    remaining = sorted(set(sizes))
+    while True:
+        try:
+            STRATEGIES[mode](grid, remaining)
+            return remaining
+        except BatchTooLarge as err:
+            grid.drop_sizes_from(err.batch_size)
+            remaining = [bs for bs in remaining if bs < err.batch_size]

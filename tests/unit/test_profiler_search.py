@@ -1,0 +1,175 @@
+"""The searches: what they measure, when they stop, and the table they lead to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from specdeploy.runtime.profile import Fingerprint, Source
+from specdeploy.runtime.profiler.backend import CellSample
+from specdeploy.runtime.profiler.document import build_profile
+from specdeploy.runtime.profiler.exit_codes import ExitCode, model_not_found, out_of_memory
+from specdeploy.runtime.profiler.grid import Grid
+from specdeploy.runtime.profiler.sampling import Sampling
+from specdeploy.runtime.profiler.search import SearchMode, run_search, sweep_up
+from specdeploy.runtime.profiler.sim_backend import SimBackend
+from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
+from specdeploy.runtime.sim.presets import get_preset
+
+SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+RATES = (0.8, 0.7, 0.6, 0.5, 0.4)
+ONE_REPEAT = Sampling(steps=4, min_repeats=1, max_repeats=1)
+
+
+class TableBackend:
+    """Noise-free step times from a formula; draft counts exactly matching ``RATES``."""
+
+    name = "table"
+    source = Source.MODELLED
+
+    def __init__(self, itl_s: Callable[[int, int], float], max_bs: int = 1 << 20) -> None:
+        self.itl_s = itl_s
+        self.max_bs = max_bs
+        self.calls: list[tuple[int, int]] = []
+
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint(model="m", method="eagle", gpu_type="g", max_k=len(RATES))
+
+    def measure(self, batch_size: int, k: int, steps: int) -> CellSample:
+        if batch_size > self.max_bs:
+            raise out_of_memory(f"batch {batch_size} does not fit")
+        self.calls.append((batch_size, k))
+        drafted, accepted, alive = [], [], 1_000_000
+        for rate in RATES[:k]:
+            drafted.append(alive)
+            alive = round(alive * rate)
+            accepted.append(alive)
+        return CellSample(batch_size, k, [self.itl_s(batch_size, k)] * steps, drafted, accepted)
+
+    def close(self) -> None:
+        return None
+
+
+def _dense_itl(bs: int, k: int) -> float:
+    """Memory-bound until ~64 tokens per step, then compute-bound: best K falls with bs."""
+    return 0.010 + 0.0004 * k + 0.00005 * max(0, bs * (k + 1) - 64)
+
+
+def _grid(backend: TableBackend, sampling: Sampling = ONE_REPEAT) -> Grid:
+    return Grid(backend, sampling, max_k=len(RATES), smallest_batch_size=1)
+
+
+def test_exhaustive_measures_every_cell_once() -> None:
+    backend = TableBackend(_dense_itl)
+    grid = _grid(backend)
+    assert run_search(grid, SearchMode.EXHAUSTIVE, [4, 1, 2]) == [1, 2, 4]
+    assert sorted(backend.calls) == [(bs, k) for bs in (1, 2, 4) for k in range(6)]
+
+
+def test_sweep_stops_raising_k_after_goodput_fell_twice() -> None:
+    # Goodput peaks at K=1 when each extra K costs a lot: measure 0, 1, then 2 and 3 fall.
+    backend = TableBackend(lambda bs, k: 0.010 + 0.006 * k)
+    grid = _grid(backend)
+    assert sweep_up(grid, 1) == 1
+    assert backend.calls == [(1, 0), (1, 1), (1, 2), (1, 3)]
+    assert any("fell twice" in line for line in grid.log)
+
+
+def test_sweep_goes_to_max_k_while_goodput_keeps_rising() -> None:
+    backend = TableBackend(lambda bs, k: 0.010)
+    assert sweep_up(_grid(backend), 1) == len(RATES)
+    assert [k for _, k in backend.calls] == list(range(len(RATES) + 1))
+
+
+def test_bisection_skips_the_inside_of_an_interval_whose_ends_agree() -> None:
+    # The same best K (2) everywhere: ends and middle probed, nothing else.
+    backend = TableBackend(lambda bs, k: 0.010 * (1 + 0.001 * bs) + 0.004 * k)
+    grid = _grid(backend)
+    run_search(grid, SearchMode.SMART, SIZES)
+    assert {bs for bs, _ in grid.cells} == {1, 16, 256}
+    assert sum("not probed inside" in line for line in grid.log) == 2
+
+
+def test_smart_search_measures_fewer_cells_and_keeps_k0_everywhere() -> None:
+    backend = TableBackend(_dense_itl)
+    grid = _grid(backend)
+    run_search(grid, SearchMode.SMART, SIZES)
+    assert len(grid.cells) < len(SIZES) * (len(RATES) + 1)
+    probed = {bs for bs, _ in grid.cells}
+    assert all((bs, 0) in grid.cells for bs in probed)
+    assert len(backend.calls) == len(set(backend.calls))  # never a cell twice
+
+
+def test_smart_table_picks_the_exhaustive_best_k_on_a_noise_free_model() -> None:
+    tables = {}
+    for mode in SearchMode:
+        grid = _grid(TableBackend(_dense_itl))
+        run_search(grid, mode, SIZES)
+        tables[mode] = build_profile(
+            grid,
+            fingerprint=TableBackend(_dense_itl).fingerprint(),
+            source=Source.MODELLED,
+            dataset="x",
+        )
+    truth = goodput_grid(tables[SearchMode.EXHAUSTIVE].spec)
+    best_ex = best_k_per_batch_size(truth, k_values(tables[SearchMode.EXHAUSTIVE].spec))
+    smart = tables[SearchMode.SMART].spec
+    best_sm = best_k_per_batch_size(goodput_grid(smart, 256), k_values(smart))
+    assert [int(best_sm[bs]) for bs in SIZES] == [int(best_ex[bs]) for bs in SIZES]
+    assert len(set(best_ex[1:].tolist())) >= 3  # the model does move the best K
+
+
+def test_out_of_memory_above_the_smallest_batch_drops_the_larger_ones() -> None:
+    backend = TableBackend(_dense_itl, max_bs=40)
+    grid = _grid(backend)
+    assert run_search(grid, SearchMode.SMART, SIZES) == [1, 2, 4, 8, 16, 32]
+    assert grid.dropped_from == 64
+    assert max(bs for bs, _ in grid.cells) <= 32
+    assert (32, 0) in grid.cells  # the new largest size was probed
+
+
+def test_out_of_memory_at_the_smallest_batch_is_fatal() -> None:
+    grid = _grid(TableBackend(_dense_itl, max_bs=0))
+    with pytest.raises(Exception) as info:
+        run_search(grid, SearchMode.SMART, SIZES)
+    assert getattr(info.value, "exit_code", None) == ExitCode.OUT_OF_MEMORY
+
+
+def test_other_deterministic_failures_pass_through() -> None:
+    class Missing(TableBackend):
+        def measure(self, batch_size: int, k: int, steps: int) -> CellSample:
+            raise model_not_found("no such model")
+
+    with pytest.raises(Exception) as info:
+        run_search(_grid(Missing(_dense_itl)), SearchMode.EXHAUSTIVE, [1, 2])
+    assert getattr(info.value, "exit_code", None) == ExitCode.MODEL_NOT_FOUND
+
+
+# --- on the simulator ----------------------------------------------------------
+
+
+def _sim_profile(preset: str, mode: SearchMode) -> tuple[Grid, SimBackend]:
+    p = get_preset(preset)
+    backend = SimBackend(p, seed=3)
+    min_repeats = 5 if mode is SearchMode.EXHAUSTIVE else 1
+    grid = Grid(backend, Sampling(min_repeats=min_repeats), max_k=p.max_k, smallest_batch_size=1)
+    run_search(grid, mode, SIZES)
+    return grid, backend
+
+
+@pytest.mark.parametrize("preset", ["seed-dense", "seed-moe"])
+def test_smart_search_costs_less_and_loses_under_one_percent_goodput(preset: str) -> None:
+    ex_grid, ex_backend = _sim_profile(preset, SearchMode.EXHAUSTIVE)
+    sm_grid, sm_backend = _sim_profile(preset, SearchMode.SMART)
+    assert len(sm_grid.cells) < len(ex_grid.cells)
+    assert sm_backend.spent_seconds < 0.35 * ex_backend.spent_seconds
+    fp = get_preset(preset).fingerprint()
+    ex = build_profile(ex_grid, fingerprint=fp, source=Source.MODELLED, dataset="mt-bench")
+    sm = build_profile(sm_grid, fingerprint=fp, source=Source.MODELLED, dataset="mt-bench")
+    truth = goodput_grid(ex.spec)
+    best_ex = best_k_per_batch_size(truth, k_values(ex.spec))
+    best_sm = best_k_per_batch_size(goodput_grid(sm.spec, 256), k_values(sm.spec))
+    loss = [1 - truth[bs, best_sm[bs]] / truth[bs, best_ex[bs]] for bs in SIZES]
+    assert max(loss) <= 0.01, dict(zip(SIZES, np.round(loss, 4), strict=True))
