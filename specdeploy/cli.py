@@ -19,6 +19,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("table", "table", "derive, show and convert K tables (SpeculationProfiles)"),
     ("simulate", "simulate", "compare K policies on the simulator (modelled figures)"),
     ("profile", "profile", "measure ITL per (batch size, K) into a SpeculationProfile"),
+    ("operator", "operator", "run the operator; generate its CRDs (crds/)"),
 )
 
 

@@ -1,0 +1,213 @@
+"""Status from pool outcomes: phase, conditions, per-pool summary, and the Events of a transition.
+
+Everything here is a pure function of (old status, new facts, clock value).
+A condition's ``lastTransitionTime`` moves only when its status does, and no
+message carries a time or a counter that changes by itself, so a reconcile
+with nothing new produces the very same status and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from specdeploy.operator.api import (
+    Condition,
+    ConditionStatus,
+    Phase,
+    PoolStatus,
+    SpeculativeDeploymentStatus,
+)
+
+VALID, PROFILED, AVAILABLE, PROGRESSING = "Valid", "Profiled", "Available", "Progressing"
+_BAD = (Phase.FAILED, Phase.DEGRADED)
+
+
+class Profiling(StrEnum):
+    """Where a pool stands with its profile."""
+
+    NOT_NEEDED = "NotNeeded"
+    READY = "Ready"
+    RUNNING = "Running"
+    FAILED = "Failed"
+    MISSING = "Missing"
+
+
+@dataclass(frozen=True)
+class PoolOutcome:
+    """What the decision found for one pool."""
+
+    status: PoolStatus
+    profiling: Profiling
+
+
+def overall_phase(states: Sequence[Phase]) -> Phase:
+    """Ready when every pool is; Failed when all fail; Degraded when some do."""
+    if not states:
+        return Phase.PENDING
+    if all(s is Phase.READY for s in states):
+        return Phase.READY
+    if all(s is Phase.FAILED for s in states):
+        return Phase.FAILED
+    if any(s in _BAD for s in states):
+        return Phase.DEGRADED
+    for phase in (Phase.PROFILING, Phase.ROLLING_OUT):
+        if phase in states:
+            return phase
+    return Phase.PENDING
+
+
+def _cond(kind: str, ok: bool | None, reason: str, message: str = "") -> Condition:
+    status = {
+        True: ConditionStatus.TRUE,
+        False: ConditionStatus.FALSE,
+        None: ConditionStatus.UNKNOWN,
+    }
+    return Condition(type=kind, status=status[ok], reason=reason, message=message)
+
+
+def _pools_message(outcomes: Sequence[PoolOutcome], wanted: Profiling) -> str:
+    return "; ".join(
+        f"{o.status.gpu_type}: {o.status.message}" for o in outcomes if o.profiling is wanted
+    )
+
+
+def profiled_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
+    if not outcomes:
+        return _cond(PROFILED, None, "NoPools", "no pool to profile")
+    for state, reason in (
+        (Profiling.FAILED, "ProfilingFailed"),
+        (Profiling.MISSING, "ProfileMissing"),
+        (Profiling.RUNNING, "Profiling"),
+    ):
+        if any(o.profiling is state for o in outcomes):
+            return _cond(PROFILED, False, reason, _pools_message(outcomes, state))
+    return _cond(PROFILED, True, "ProfilesReady", "every pool has its K table")
+
+
+def available_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
+    if not outcomes:
+        return _cond(AVAILABLE, False, "NoPools", "no GPU type found for any pool")
+    down = [o.status.gpu_type for o in outcomes if o.status.ready_replicas < 1]
+    if down:
+        return _cond(AVAILABLE, False, "PoolsUnavailable", "no ready replica in " + ", ".join(down))
+    return _cond(AVAILABLE, True, "PoolsAvailable", "every pool has a ready replica")
+
+
+def progressing_condition(phase: Phase) -> Condition:
+    if phase in (Phase.PROFILING, Phase.ROLLING_OUT):
+        return _cond(PROGRESSING, True, phase.value)
+    if phase is Phase.READY:
+        return _cond(PROGRESSING, False, "Complete")
+    return _cond(PROGRESSING, False, phase.value)
+
+
+def merge_conditions(
+    old: Sequence[Mapping[str, Any]], new: Sequence[Condition], *, now: str, generation: int
+) -> tuple[Condition, ...]:
+    """New conditions, keeping each one's lastTransitionTime unless its status changed."""
+    before = {c.get("type"): c for c in old}
+    merged = []
+    for cond in new:
+        prior = before.get(cond.type)
+        same = prior is not None and prior.get("status") == cond.status.value
+        since = str(prior.get("lastTransitionTime")) if same and prior else now
+        merged.append(
+            cond.model_copy(
+                update={"last_transition_time": since, "observed_generation": generation}
+            )
+        )
+    return tuple(merged)
+
+
+def compose(
+    *,
+    old: Mapping[str, Any] | None,
+    outcomes: Sequence[PoolOutcome],
+    generation: int,
+    now: str,
+) -> SpeculativeDeploymentStatus:
+    """The status of a valid deployment from its pools' outcomes."""
+    phase = overall_phase([o.status.state for o in outcomes])
+    conditions = [
+        _cond(VALID, True, "Valid", "spec accepted"),
+        profiled_condition(outcomes),
+        available_condition(outcomes),
+        progressing_condition(phase),
+    ]
+    return SpeculativeDeploymentStatus(
+        phase=phase,
+        observed_generation=generation,
+        conditions=merge_conditions(
+            (old or {}).get("conditions") or [], conditions, now=now, generation=generation
+        ),
+        pools=tuple(o.status for o in outcomes),
+        replicas=sum(o.status.replicas for o in outcomes),
+        ready_replicas=sum(o.status.ready_replicas for o in outcomes),
+    )
+
+
+def invalid(
+    *, old: Mapping[str, Any] | None, reason: str, message: str, generation: int, now: str
+) -> SpeculativeDeploymentStatus:
+    """The status of a deployment whose spec was rejected: Failed, Valid=False, no pools."""
+    conditions = [_cond(VALID, False, reason, message), progressing_condition(Phase.FAILED)]
+    return SpeculativeDeploymentStatus(
+        phase=Phase.FAILED,
+        observed_generation=generation,
+        conditions=merge_conditions(
+            (old or {}).get("conditions") or [], conditions, now=now, generation=generation
+        ),
+    )
+
+
+def to_wire(status: SpeculativeDeploymentStatus) -> dict[str, Any]:
+    wire: dict[str, Any] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return wire
+
+
+# --- Events --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """An Event to record on the deployment: ``type`` is Normal or Warning."""
+
+    type: str
+    reason: str
+    message: str
+
+
+def _pool_states(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    return {str(p.get("gpuType")): p for p in (status or {}).get("pools") or []}
+
+
+def _condition_of(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any]:
+    for cond in (status or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return dict(cond)
+    return {}
+
+
+def transition_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[EventSpec]:
+    """One Event per transition: the spec rejected, the phase, each pool's state."""
+    events = []
+    valid = _condition_of(new, VALID)
+    if valid.get("status") == "False" and _condition_of(old, VALID) != valid:
+        events.append(EventSpec("Warning", str(valid["reason"]), str(valid.get("message", ""))))
+    before = (old or {}).get("phase")
+    if new.get("phase") != before:
+        kind = "Warning" if new.get("phase") in (Phase.FAILED, Phase.DEGRADED) else "Normal"
+        events.append(
+            EventSpec(kind, str(new["phase"]), f"phase {before or 'none'} -> {new['phase']}")
+        )
+    old_pools = _pool_states(old)
+    for gpu, pool in _pool_states(new).items():
+        prior = old_pools.get(gpu, {}).get("state")
+        if pool.get("state") != prior:
+            kind = "Warning" if pool.get("state") in (Phase.FAILED, Phase.DEGRADED) else "Normal"
+            message = f"pool {gpu}: {prior or 'new'} -> {pool['state']}: {pool.get('message', '')}"
+            events.append(EventSpec(kind, f"Pool{pool['state']}", message))
+    return events

@@ -1,0 +1,228 @@
+"""Is this SpeculativeDeployment spec usable? A chain of named predicates.
+
+First the models parse the spec (types, ranges, enums: what the CRD's
+OpenAPI schema checks at admission). Then each predicate looks for one kind of
+violation and yields one message per offending field, the message starting
+with that field's path. The predicate's name, in CamelCase, is the reason of
+the ``Valid=False`` condition; the reason strings are documentation.
+
+Admission already enforces what CEL can (``api.py``), but an object may have
+been stored under an older CRD, or the CRD installed without CEL support, so
+everything is re-checked here. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from specdeploy.operator.api import (
+    GPU_PRODUCT_LABEL,
+    METHODS_NEEDING_DRAFT,
+    METHODS_WITHOUT_DRAFT,
+    Policy,
+    PoolDefaults,
+    ProfilerBackend,
+    SpeculativeDeploymentSpec,
+)
+
+Predicate = Callable[[SpeculativeDeploymentSpec], Iterator[str]]
+
+# Flags the operator sets itself; extraArgs overriding them would break the pod
+# (a second --speculative-config replaces the table) or its Service and probes.
+MANAGED_FLAGS = (
+    "--speculative-config",
+    "--scheduler-cls",
+    "--port",
+    "--host",
+    "--tensor-parallel-size",
+    "-tp",
+    "--served-model-name",
+    "--revision",
+    "--dtype",
+    "--shutdown-timeout",
+    "--model",
+)
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One violation: ``reason`` names the check, ``message`` starts with the field."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The parsed spec when it is valid, else every problem found."""
+
+    spec: SpeculativeDeploymentSpec | None
+    problems: tuple[Problem, ...]
+
+    @property
+    def valid(self) -> bool:
+        return self.spec is not None and not self.problems
+
+
+# --- predicates, each named after the violation it detects -----------------
+
+
+def draft_model_missing(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    s = spec.speculation
+    if s.method.value in METHODS_NEEDING_DRAFT and s.draft_model is None:
+        yield f"spec.speculation.draftModel: required by method {s.method.value}"
+
+
+def draft_model_unused(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    s = spec.speculation
+    if s.method.value in METHODS_WITHOUT_DRAFT and s.draft_model is not None:
+        yield f"spec.speculation.draftModel: method {s.method.value} drafts without a model"
+
+
+def fixed_k_missing(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    s = spec.speculation
+    if s.policy is Policy.FIXED and s.fixed_k is None:
+        yield "spec.speculation.fixedK: required when spec.speculation.policy is fixed"
+
+
+def fixed_k_exceeds_max_k(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    s = spec.speculation
+    if s.fixed_k is not None and s.fixed_k > s.max_k:
+        yield f"spec.speculation.fixedK: {s.fixed_k} exceeds spec.speculation.maxK={s.max_k}"
+
+
+def _replica_problem(path: str, shape: PoolDefaults) -> Iterator[str]:
+    r = shape.replicas
+    if r.max is not None and r.min > r.max:
+        yield f"{path}.replicas.min: {r.min} exceeds {path}.replicas.max={r.max}"
+
+
+def replicas_min_exceeds_max(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    yield from _replica_problem("spec.poolDefaults", spec.pool_defaults)
+    for i, pool in enumerate(spec.pools or ()):
+        yield from _replica_problem(f"spec.pools[{i}]", pool)
+
+
+def pool_gpu_type_repeated(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    seen: dict[str, int] = {}
+    for i, pool in enumerate(spec.pools or ()):
+        if pool.gpu_type in seen:
+            first = seen[pool.gpu_type]
+            yield f"spec.pools[{i}].gpuType: {pool.gpu_type} is already spec.pools[{first}]"
+        seen.setdefault(pool.gpu_type, i)
+
+
+def pool_excluded_by_node_selector(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    wanted = (spec.node_selector or {}).get(GPU_PRODUCT_LABEL)
+    for i, pool in enumerate(spec.pools or ()):
+        if wanted is not None and pool.gpu_type != wanted:
+            yield (
+                f"spec.pools[{i}].gpuType: {pool.gpu_type} is excluded by "
+                f"spec.nodeSelector[{GPU_PRODUCT_LABEL}]={wanted}"
+            )
+
+
+def node_selector_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    for key, value in (spec.node_selector or {}).items():
+        if not _LABEL_KEY.match(key):
+            yield f"spec.nodeSelector: {key!r} is not a valid label key"
+        elif not _LABEL_VALUE.match(value):
+            yield f"spec.nodeSelector[{key}]: {value!r} is not a valid label value"
+
+
+def batch_sizes_unordered(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    sizes = spec.profiling.batch_sizes
+    for i, size in enumerate(sizes):
+        if size < 1:
+            yield f"spec.profiling.batchSizes[{i}]: {size} must be >= 1"
+        elif i and size <= sizes[i - 1]:
+            yield (
+                f"spec.profiling.batchSizes[{i}]: {size} must be greater than "
+                f"the previous size {sizes[i - 1]} (ascending, no repeats)"
+            )
+
+
+def sim_preset_missing(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    if spec.profiling.backend is ProfilerBackend.SIM and spec.profiling.sim_preset is None:
+        yield "spec.profiling.simPreset: required when spec.profiling.backend is sim"
+
+
+def extra_args_override_managed_flags(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    for i, arg in enumerate(spec.vllm.extra_args):
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            yield f"spec.vllm.extraArgs[{i}]: {flag} is set by the operator"
+
+
+def drain_longer_than_grace(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    v = spec.vllm
+    if v.termination_grace_period_seconds < v.pre_stop_seconds + 10:
+        yield (
+            f"spec.vllm.terminationGracePeriodSeconds: {v.termination_grace_period_seconds} "
+            f"leaves vLLM under 10s after the {v.pre_stop_seconds}s preStop"
+        )
+
+
+PREDICATES: tuple[Predicate, ...] = (
+    draft_model_missing,
+    draft_model_unused,
+    fixed_k_missing,
+    fixed_k_exceeds_max_k,
+    replicas_min_exceeds_max,
+    pool_gpu_type_repeated,
+    pool_excluded_by_node_selector,
+    node_selector_malformed,
+    batch_sizes_unordered,
+    sim_preset_missing,
+    extra_args_override_managed_flags,
+    drain_longer_than_grace,
+)
+
+
+def reason_of(predicate: Predicate) -> str:
+    """``fixed_k_exceeds_max_k`` -> ``FixedKExceedsMaxK``."""
+    return "".join(part[:1].upper() + part[1:] for part in predicate.__name__.split("_"))
+
+
+# --- parsing -------------------------------------------------------------
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = "spec"
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _schema_problems(err: ValidationError) -> tuple[Problem, ...]:
+    found = []
+    for e in err.errors():
+        message = e["msg"].removeprefix("Value error, ")
+        got = e.get("input")
+        detail = "" if e["type"] == "missing" or isinstance(got, dict | list) else f" (got {got!r})"
+        found.append(Problem("SchemaViolation", f"{_field_path(e['loc'])}: {message}{detail}"))
+    return tuple(found)
+
+
+def validate(spec: Mapping[str, Any] | None) -> Verdict:
+    """Parse and check a spec; every problem names its field."""
+    if not isinstance(spec, Mapping):
+        return Verdict(None, (Problem("SchemaViolation", "spec: must be an object"),))
+    try:
+        parsed = SpeculativeDeploymentSpec.model_validate(dict(spec))
+    except ValidationError as err:
+        return Verdict(None, _schema_problems(err))
+    problems = tuple(
+        Problem(reason_of(check), message) for check in PREDICATES for message in check(parsed)
+    )
+    return Verdict(None if problems else parsed, problems)
