@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 
-.PHONY: install demo test lint typecheck unit bench clean crds
+.PHONY: install demo test lint typecheck unit bench clean crds cluster-bins
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,13 @@ typecheck: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/python -m specdeploy operator crds
 
-test: lint typecheck
+# The local control plane's binaries (etcd, Kubernetes, KWOK, Helm), built from
+# the Go modules under e2e/build on a new machine (see e2e/README.md for the
+# minutes), reused from ~/.cache/specdeploy/bin afterwards.
+cluster-bins:
+	e2e/build/build.sh
+
+test: lint typecheck cluster-bins
 	$(BIN)/pytest
 
 clean:

@@ -18,6 +18,7 @@ from specdeploy import __version__
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("table", "table", "derive, show and convert K tables (SpeculationProfiles)"),
     ("simulate", "simulate", "compare K policies on the simulator (modelled figures)"),
+    ("dev", "dev", "local control plane: build, up, down"),
     ("profile", "profile", "measure ITL per (batch size, K) into a SpeculationProfile"),
     ("operator", "operator", "run the operator; generate its CRDs (crds/)"),
 )

@@ -1,0 +1,99 @@
+"""Fixtures for tests on the local control plane, built on ``specdeploy.localcluster``.
+
+One cluster per pytest session (start-up costs seconds, not per test), in a
+work directory of its own under ``pytest-clusters/`` that records the owning
+session; a session killed half-way leaves nothing behind for long, because the
+next session stops every cluster whose owner is gone. Each
+test gets its own namespace, ready for pods (its ``default`` ServiceAccount
+and ``kube-root-ca.crt`` exist), and deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specdeploy.localcluster import binaries, cluster, processes
+from specdeploy.localcluster.kubeapi import ApiError, KubeApi, path_for
+from specdeploy.localcluster.waiting import wait_for
+
+# Two nodes of each type; tests that fill capacity use a type of their own.
+FLEET = "h100=2,a100=2,l40s=2"
+
+
+def clusters_root() -> Path:
+    explicit = os.environ.get("SPECDEPLOY_TEST_CLUSTERS")
+    return Path(explicit) if explicit else binaries.cache_root() / "pytest-clusters"
+
+
+def reap_abandoned(root: Path) -> None:
+    """Stop the clusters of sessions that died without tearing down (their owner is gone)."""
+    for workdir in root.glob("*"):
+        owner = workdir / "owner.json"
+        record = processes.Record(**json.loads(owner.read_text())) if owner.exists() else None
+        if record is None or not processes.alive(record):
+            cluster.down(workdir, log=lambda _m: None)
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def claim_workdir(root: Path) -> Path:
+    """A work directory owned by this session, so concurrent sessions never share one."""
+    workdir = root / f"session-{os.getpid()}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    ticks = processes.start_ticks(os.getpid())
+    owner = processes.Record("pytest", os.getpid(), ticks if ticks is not None else -1)
+    (workdir / "owner.json").write_text(json.dumps(owner.__dict__))
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[cluster.Cluster]:
+    reap_abandoned(clusters_root())
+    workdir = claim_workdir(clusters_root())
+    # No CRDs and no operator: these tests are about the harness; tests of the
+    # operator install both (cluster.install_crds, cluster.start_operator).
+    running = cluster.up(workdir, fleet_spec=FLEET, crds=None, operator=False, log=lambda _m: None)
+    try:
+        yield running
+    finally:
+        cluster.down(workdir, log=lambda _m: None)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def admin(local_cluster: cluster.Cluster) -> KubeApi:
+    """The API with admin (system:masters) credentials."""
+    return local_cluster.api()
+
+
+def _namespace_name(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
+    return f"{slug}-{uuid.uuid4().hex[:6]}"
+
+
+def _wait_exists(admin: KubeApi, path: str) -> None:
+    wait_for(lambda: admin.get_or_none(path), what=f"{path} to exist", timeout=30)
+
+
+@pytest.fixture
+def namespace(admin: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace that pods can be created in at once."""
+    name = _namespace_name(request.node.name)
+    admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # The ServiceAccount admission plugin rejects pods until the SA controller
+    # has made `default`; the ServiceAccount volume needs the root CA ConfigMap.
+    for kind, obj in (("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")):
+        _wait_exists(admin, path_for(kind, namespace=name, name=obj))
+    yield name
+    try:
+        admin.delete(path_for("Namespace", name=name))
+    except ApiError as err:
+        if err.status != 404:
+            raise
