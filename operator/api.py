@@ -45,7 +45,12 @@ LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    """One ``x-kubernetes-validations`` entry; the message names the field."""
+    """One ``x-kubernetes-validations`` entry; the message names the field.
+
+    A rule on an object whose CRD default is ``{}`` must guard defaulted
+    fields with ``has()``: the API server checks the default value itself
+    against the rule before any nested default is filled in.
+    """
     entry = {"rule": rule, "message": message}
     if field_path is not None:
         entry["fieldPath"] = field_path
@@ -167,7 +172,7 @@ class Replicas(_Model):
 
     model_config = _rules(
         _cel(
-            "!has(self.max) || self.min <= self.max",
+            "!has(self.max) || !has(self.min) || self.min <= self.max",
             "replicas.min must be <= replicas.max",
             ".min",
         ),
@@ -200,7 +205,7 @@ class ProfilingSpec(_Model):
 
     model_config = _rules(
         _cel(
-            "self.backend != 'sim' || has(self.simPreset)",
+            "!has(self.backend) || self.backend != 'sim' || has(self.simPreset)",
             "spec.profiling.simPreset is required when spec.profiling.backend is sim",
             ".simPreset",
         ),
@@ -220,6 +225,10 @@ class ProfilingSpec(_Model):
     image: str | None = Field(
         default=None, min_length=1, description="Image with specdeploy; default: the operator's."
     )
+    pod_annotations: dict[str, str] | None = Field(
+        default=None,
+        description="Added to profiling pods (e.g. sidecar.istio.io/inject: 'false').",
+    )
     active_deadline_seconds: int = Field(default=7200, ge=60, le=7 * 24 * 3600)
     backoff_limit: int = Field(
         default=2, ge=0, le=10, description="Retries for transient failures only."
@@ -238,7 +247,8 @@ class VllmSpec(_Model):
 
     model_config = _rules(
         _cel(
-            "self.terminationGracePeriodSeconds >= self.preStopSeconds + 10",
+            "!has(self.terminationGracePeriodSeconds) || !has(self.preStopSeconds)"
+            " || self.terminationGracePeriodSeconds >= self.preStopSeconds + 10",
             "spec.vllm.terminationGracePeriodSeconds must be at least"
             " spec.vllm.preStopSeconds + 10 (vLLM needs time to finish requests)",
             ".terminationGracePeriodSeconds",
@@ -252,6 +262,9 @@ class VllmSpec(_Model):
         description="vLLM version in the image; part of the profile fingerprint.",
     )
     extra_args: tuple[str, ...] = Field(default=(), max_length=64)
+    pod_annotations: dict[str, str] | None = Field(
+        default=None, description="Added to the serving pods."
+    )
     pre_stop_seconds: int = Field(default=15, ge=0, le=600)
     termination_grace_period_seconds: int = Field(default=60, ge=10, le=3600)
 

@@ -133,8 +133,8 @@ def register(
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.peering.standalone = True
         settings.posting.enabled = False  # Events are ours, written on transitions only
-        settings.watching.server_timeout = resync_seconds
-        settings.watching.client_timeout = resync_seconds + 30
+        settings.watching.server_timeout = int(resync_seconds)  # the API wants an integer
+        settings.watching.client_timeout = int(resync_seconds) + 30
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -128,6 +128,9 @@ def ref_of(manifest: Mapping[str, Any]) -> Ref:
     return str(manifest["kind"]), str(manifest["metadata"]["name"])
 
 
+_IDENTITY = frozenset({"apiVersion", "kind", "metadata", "status"})
+
+
 def applied_hash(manifest: Mapping[str, Any]) -> str:
     """The hash of a manifest's content, its own hash annotation left out."""
     meta = dict(manifest["metadata"])
@@ -150,7 +153,8 @@ def needs_apply(manifest: Mapping[str, Any], existing: Mapping[str, Any] | None)
     annotations = (existing.get("metadata") or {}).get("annotations") or {}
     if annotations.get(APPLIED_HASH) != applied_hash(manifest):
         return True
-    content = {k: v for k, v in manifest.items() if k not in ("metadata", "status")}
+    # Items of a List carry no apiVersion/kind: compare the content only.
+    content = {k: v for k, v in manifest.items() if k not in _IDENTITY}
     return not is_subset(content, existing)
 
 

@@ -185,7 +185,10 @@ def serving_deployment(
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {"prometheus.io/port": str(METRICS_PORT)},
+                    "annotations": {
+                        **(spec.vllm.pod_annotations or {}),
+                        "prometheus.io/port": str(METRICS_PORT),
+                    },
                 },
                 "spec": _pod_spec(spec, pool),
             },

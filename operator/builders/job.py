@@ -129,6 +129,13 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
     }
 
 
+def _pod_metadata(spec: SpeculativeDeploymentSpec, labels: dict[str, str]) -> dict[str, object]:
+    meta: dict[str, object] = {"labels": dict(labels)}
+    if spec.profiling.pod_annotations:
+        meta["annotations"] = dict(spec.profiling.pod_annotations)
+    return meta
+
+
 def profiling_job(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> Manifest:
     """The Job manifest; owner references are added by the write planner (it is shared)."""
     labels = job_labels(job)
@@ -155,6 +162,6 @@ def profiling_job(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> Manifes
             "backoffLimit": spec.profiling.backoff_limit,
             "activeDeadlineSeconds": spec.profiling.active_deadline_seconds,
             "podFailurePolicy": pod_failure_policy(),
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod_spec},
+            "template": {"metadata": _pod_metadata(spec, labels), "spec": pod_spec},
         },
     }

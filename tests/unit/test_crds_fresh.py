@@ -97,3 +97,17 @@ def test_the_example_is_a_speculative_deployment_the_models_accept() -> None:
     body = yaml.safe_load((ROOT / "examples" / "specdeploy.yaml").read_text())
     assert body["kind"] == "SpeculativeDeployment"
     SpeculativeDeploymentSpec.model_validate(body["spec"])
+
+
+def test_cel_rules_on_defaulted_objects_guard_defaulted_fields_with_has() -> None:
+    """The API server checks a ``default: {}`` against the object's rules before filling
+    nested defaults; a rule reading a defaulted field without ``has()`` makes the CRD invalid
+    (found against kube-apiserver 1.35)."""
+    for path, node in crd_schemas():
+        if node.get("default") != {}:
+            continue
+        defaulted = {k for k, v in (node.get("properties") or {}).items() if "default" in v}
+        for rule in node.get("x-kubernetes-validations", []):
+            for field in defaulted:
+                if f"self.{field}" in rule["rule"]:
+                    assert f"has(self.{field})" in rule["rule"], (path, rule["rule"])

@@ -142,6 +142,17 @@ def test_the_profile_command_accepts_the_jobs_arguments(backend: str) -> None:
     assert options.max_k == 5
 
 
+def test_profiling_and_serving_pods_carry_the_specs_annotations() -> None:
+    s = spec(
+        profiling={"podAnnotations": {"sidecar.istio.io/inject": "false"}},
+        vllm={"podAnnotations": {"team": "llm"}},
+    )
+    assert job(s)["spec"]["template"]["metadata"]["annotations"] == {
+        "sidecar.istio.io/inject": "false"
+    }
+    assert serving(s)["spec"]["template"]["metadata"]["annotations"]["team"] == "llm"
+
+
 def test_the_hf_token_comes_from_the_named_secret() -> None:
     s = spec(model={"tokenSecretRef": {"name": "hf", "key": "tok"}})
     env = {e["name"]: e for e in pod(job(s))["containers"][0]["env"]}

@@ -78,7 +78,9 @@ class FakeApi:
         key = (plural, namespace, name or "")
         if method == "GET" and name is None:
             selector = dict(query).get("labelSelector")
-            return {"items": [copy.deepcopy(o) for o in self._list(plural, namespace, selector)]}
+            items = self._list(plural, namespace, selector)
+            # Like the real server: items of a List carry no apiVersion or kind.
+            return {"items": [_without_type(o) for o in items]}
         if method == "POST":
             return self._create(plural, namespace, copy.deepcopy(body))
         existing = self.objects.get(key)
@@ -127,6 +129,10 @@ class FakeApi:
             if obj.get("spec") != existing.get("spec"):
                 obj["metadata"]["generation"] = existing["metadata"]["generation"] + 1
         return self.put(key[0], obj)
+
+
+def _without_type(obj: Obj) -> Obj:
+    return {k: copy.deepcopy(v) for k, v in obj.items() if k not in ("apiVersion", "kind")}
 
 
 def _parse(path: str) -> tuple[str, str | None, str | None, str | None]:
