@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from specdeploy.localcluster import cluster, processes
+from specdeploy.localcluster import cluster
 from specdeploy.localcluster.binaries import Binaries, repo_root
 
 pytestmark = pytest.mark.cluster
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=processes.ComponentFailed,
-    reason=(
-        "kube-apiserver 1.35 rejects crds/specdeploy.io_speculativedeployments.yaml: the CEL "
-        "rules on spec.profiling and spec.vllm fail when evaluated against those fields' "
-        "schema defaults ('no such key: backend', 'no such key: "
-        "terminationGracePeriodSeconds'). Remove this marker with the fix."
-    ),
-)
 def test_the_projects_crds_install_and_become_established(
     local_cluster: cluster.Cluster,
 ) -> None:
