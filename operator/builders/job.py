@@ -34,6 +34,7 @@ from specdeploy.operator.builders.pod import hf_token_env, scheduling
 from specdeploy.operator.naming import PROFILER_ACCOUNT, label_value
 from specdeploy.runtime.profile import Fingerprint
 from specdeploy.runtime.profiler.exit_codes import DETERMINISTIC
+from specdeploy.runtime.profiler.kube import ENV_SA_DIR, SERVICEACCOUNT_DIR
 from specdeploy.runtime.profiler.run import ENV_NAME, ENV_NAMESPACE
 
 CONTAINER = "profiler"
@@ -116,6 +117,9 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
     env: list[dict[str, object]] = [
         {"name": ENV_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": ENV_NAME, "value": job.profile_name},
+        # The standard path, named explicitly: where a kubelet stand-in runs the pod
+        # locally it rewrites mount paths in env values to the local copies.
+        {"name": ENV_SA_DIR, "value": str(SERVICEACCOUNT_DIR)},
         *hf_token_env(spec),
     ]
     return {
