@@ -78,23 +78,53 @@ class Grid:
         if self.observer is not None:
             self.observer.cell_started(batch_size, k)
         stats = CellStats(batch_size, k)
-        while not stats.stable(self.sampling):
-            stats.add(self._one_repeat(batch_size, k))
+        while not (stats.stable(self.sampling) or self._clearly_loses(stats)):
+            stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats)))
         self.cells[(batch_size, k)] = stats
         self.planned = max(self.planned, len(self.cells))
         if self.observer is not None:
             self.observer.cell_done(stats, done=len(self.cells), planned=self.planned)
         return stats
 
-    def _one_repeat(self, batch_size: int, k: int) -> CellSample:
+    def repeat(self, batch_size: int, k: int, rel_ci: float) -> CellStats:
+        """One more repeat of a measured cell, sized to reach ``rel_ci`` (a close call)."""
+        stats = self.cells[(batch_size, k)]
+        stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats, rel_ci)))
+        return stats
+
+    def goodput_bounds(self, batch_size: int, k: int) -> tuple[float, float]:
+        """95% bounds of the cell's goodput (its step time's CI; acceptance as pooled)."""
+        stats = self.cells[(batch_size, k)]
+        al = float(acceptance_lengths(self.per_position(), self.max_k)[k])
+        hw = stats.half_width(self.sampling.z)
+        return al / (stats.mean_seconds + hw), al / max(stats.mean_seconds - hw, 1e-12)
+
+    def _one_repeat(self, batch_size: int, k: int, steps: int) -> CellSample:
         try:
-            sample = self.backend.measure(batch_size, k, self.sampling.steps)
+            sample = self.backend.measure(batch_size, k, steps)
         except DeterministicFailure as err:
             if is_out_of_memory(err) and batch_size > self.smallest_batch_size:
                 raise BatchTooLarge(batch_size, err.reason) from err
             raise
         self.calls += 1
         return sample
+
+    def _clearly_loses(self, stats: CellStats) -> bool:
+        """Whether the cell loses to a measured K at its batch size beyond doubt.
+
+        Its goodput's upper confidence bound is below the lower bound of a
+        K measured there, so more repeats cannot make it the choice: racing
+        stops them (after ``min_repeats``), as the CI rule would stop a winner.
+        """
+        if stats.repeats < self.sampling.min_repeats or stats.samples < 2:
+            return False
+        bs = stats.batch_size
+        rivals = [k for k in self.measured_ks(bs) if k != stats.k]
+        if not rivals:
+            return False
+        al = float(acceptance_lengths(self.per_position(), self.max_k)[stats.k])
+        upper = al / max(stats.mean_seconds - stats.half_width(self.sampling.z), 1e-12)
+        return upper < max(self.goodput_bounds(bs, k)[0] for k in rivals)
 
     def drop_sizes_from(self, batch_size: int) -> None:
         """Forget every cell at ``batch_size`` or above (they do not fit)."""

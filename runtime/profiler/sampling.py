@@ -33,6 +33,9 @@ class Sampling:
     rel_ci: float = 0.01
     """Stop once the 95% CI half-width is at most this fraction of the mean."""
     z: float = 1.96
+    max_steps_factor: int = 8
+    """A repeat asks for up to this many times ``steps`` when the spread so far
+    says that many are needed (``CellStats.steps_to_reach``)."""
 
     def __post_init__(self) -> None:
         if self.steps < 2:
@@ -43,6 +46,15 @@ class Sampling:
             )
         if not 0 < self.rel_ci < 1:
             raise ValueError(f"rel_ci must lie in (0, 1), got {self.rel_ci}")
+        if self.max_steps_factor < 1:
+            raise ValueError(f"max_steps_factor must be >= 1, got {self.max_steps_factor}")
+
+    def steps_for(self, stats: CellStats, rel_ci: float | None = None) -> int:
+        """Steps for the cell's next repeat: the base, or what the spread says is missing."""
+        if stats.repeats < self.min_repeats:
+            return self.steps
+        wanted = stats.steps_to_reach(self.rel_ci if rel_ci is None else rel_ci, self.z)
+        return min(max(self.steps, wanted), self.steps * self.max_steps_factor)
 
 
 @dataclass
@@ -112,6 +124,19 @@ class CellStats:
 
     def relative_half_width(self, z: float = 1.96) -> float:
         return self.half_width(z) / self.mean_seconds
+
+    def steps_to_reach(self, rel_ci: float, z: float = 1.96) -> int:
+        """Further steps that would bring the step-to-step interval within ``rel_ci``.
+
+        From the spread seen so far; asking for them in one repeat pays the
+        backend's warm-up once instead of once per small repeat.
+        """
+        n = len(self.step_seconds)
+        if n < 2:
+            return 0
+        sd = float(np.std(self.step_seconds, ddof=1))
+        needed = math.ceil((z * sd / (rel_ci * self.mean_seconds)) ** 2)
+        return max(0, needed - n)
 
     def acceptance_length(self) -> float | None:
         """Tokens per sequence per step observed in this cell (None at K=0 or no drafts)."""

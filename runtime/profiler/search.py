@@ -29,6 +29,7 @@ baseline).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from enum import StrEnum
 
@@ -65,7 +66,10 @@ def smart(grid: Grid, sizes: list[int]) -> None:
     last = len(sizes) - 1
     best[last] = sweep_up(grid, sizes[last])
     _bisect(grid, sizes, best, 0, last, force=True)
-    verify(grid, sizes)
+    for _ in range(len(sizes) * (grid.max_k + 1)):
+        settle(grid)
+        if not verify(grid, sizes):
+            return
 
 
 def _bisect(
@@ -132,7 +136,56 @@ def _walk(grid: Grid, bs: int, ks: Iterable[int], best_k: int) -> int:
     return best_k
 
 
-def verify(grid: Grid, sizes: list[int]) -> None:
+REGRET_TOLERANCE = 0.0075
+"""How much goodput a close call may plausibly lose (the issue's target is 1%)."""
+
+
+def settle(grid: Grid) -> None:
+    """Repeat the two best K at each batch size until picking the leader is safe.
+
+    Only the contenders decide the table, and a 1% interval lets two K
+    within about 1% of each other swap. Picking the leader can lose at most
+    ``z * sqrt(se1^2 + se2^2) - gap`` (the upper bound of the runner-up's
+    advantage, relative): while that exceeds ``REGRET_TOLERANCE`` the less
+    precise contender is repeated, sized to close the difference, up to
+    ``max_repeats``. Clear winners (gap well beyond the noise) cost nothing.
+    """
+    for bs in sorted({bs for bs, _ in grid.cells}):
+        while True:
+            target = _settle_target(grid, bs)
+            if target is None:
+                break
+            k, rel_ci = target
+            grid.repeat(bs, k, rel_ci)
+
+
+def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
+    """(K to repeat, its interval target) while the close call at ``bs`` is open."""
+    ks = sorted(grid.measured_ks(bs), key=lambda k: -grid.goodput(bs, k))
+    if len(ks) < 2:
+        return None
+    z = grid.sampling.z
+    lead, runner = grid.cells[(bs, ks[0])], grid.cells[(bs, ks[1])]
+    gap = 1.0 - grid.goodput(bs, ks[1]) / grid.goodput(bs, ks[0])
+    open_cells = [c for c in (lead, runner) if c.repeats < grid.sampling.max_repeats]
+    single = [c for c in open_cells if c.repeats < 2]
+    if single and gap < 2 * REGRET_TOLERANCE:
+        # One repeat's mean can be off by more than its spread says (one bad
+        # run); a second exposes it through the between-repeat term.
+        return single[0].k, grid.sampling.rel_ci
+    se = {c.k: c.relative_half_width(z) / z for c in (lead, runner)}
+    if z * math.hypot(*se.values()) - gap <= REGRET_TOLERANCE:
+        return None
+    if not open_cells:
+        return None
+    wider = max(open_cells, key=lambda c: se[c.k])
+    other = se[runner.k if wider is lead else lead.k]
+    allowed = ((REGRET_TOLERANCE + gap) / z) ** 2 - other**2
+    se_target = math.sqrt(allowed) if allowed > 0 else (REGRET_TOLERANCE + gap) / (z * math.sqrt(2))
+    return wider.k, max(z * se_target, 1e-4)
+
+
+def verify(grid: Grid, sizes: list[int]) -> bool:
     """Measure every cell the derived schedule relies on but only interpolates.
 
     The schedule interpolates a K's step time between the batch sizes where
@@ -142,15 +195,18 @@ def verify(grid: Grid, sizes: list[int]) -> None:
     from the grid as it stands, and wherever it picks a K that is not
     measured at that batch size (or, for a batch size not probed, at the
     probed sizes around it), measure that cell; repeat until it only picks
-    measured K.
+    measured K. True when it measured anything.
     """
+    measured = False
     for _ in range(len(sizes) * (grid.max_k + 1)):
         missing = _unmeasured_choices(grid, sizes)
         if not missing:
-            return
+            break
         for bs, k in missing:
             grid.note(f"bs {bs}: schedule picked unmeasured K={k}, measuring it")
             grid.measure(bs, k)
+            measured = True
+    return measured
 
 
 def _unmeasured_choices(grid: Grid, sizes: list[int]) -> list[tuple[int, int]]:

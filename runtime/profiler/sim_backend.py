@@ -15,7 +15,7 @@ to 0 for the noise-free model.
 Out of memory is modelled by the preset's ``max_batch_size`` (the KV-cache
 limit the preset encodes): a larger batch fails as OOM, as a real engine
 would. ``spent_seconds`` counts all simulated engine time, warm-up and
-prefill included: what the profile cost.
+prefill included, up to the last measured step: what the profile cost.
 """
 
 from __future__ import annotations
@@ -67,12 +67,14 @@ class SimBackend:
         pure = np.flatnonzero(
             (result.trace.prefill_tokens == 0) & (result.trace.decode_seqs == batch_size)
         )[:steps]
-        seconds = result.trace.seconds[pure]
+        clean = result.trace.seconds[pure]
+        seconds = clean
         if self.jitter > 0:
-            seconds = seconds * self._noise.lognormal(0.0, self.jitter, seconds.size)
-        self.spent_seconds += float(result.sim_seconds) + float(
-            seconds.sum() - result.trace.seconds[pure].sum()
-        )
+            seconds = clean * self._noise.lognormal(0.0, self.jitter, clean.size)
+        # The run ends with its last measured step: warm-up and prefill before
+        # it count, the simulator's spare steps after it do not.
+        before = float(result.trace.seconds[: pure[-1] + 1].sum()) if pure.size else 0.0
+        self.spent_seconds += before + float(seconds.sum() - clean.sum())
         return CellSample(
             batch_size=batch_size,
             k=k,

@@ -84,3 +84,17 @@ def test_bad_samples_are_refused(sample: CellSample, message: str) -> None:
 def test_sampling_rejects_nonsense(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         Sampling(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_next_repeat_asks_for_the_steps_the_spread_says_are_missing() -> None:
+    rule = Sampling(steps=16, min_repeats=1, rel_ci=0.01, max_steps_factor=8)
+    stats = CellStats(8, 2)
+    assert rule.steps_for(stats) == 16  # nothing seen yet: the base
+    stats.add(_sample([0.0096, 0.0104] * 8))  # 4% spread: ~66 steps for a 1% interval
+    wanted = stats.steps_to_reach(0.01)
+    assert 40 <= wanted <= 60
+    assert rule.steps_for(stats) == wanted
+    assert rule.steps_for(stats, rel_ci=0.001) == 16 * 8  # capped
+    flat = CellStats(8, 2)
+    flat.add(_sample([0.01] * 16))
+    assert rule.steps_for(flat) == 16  # never fewer than the base

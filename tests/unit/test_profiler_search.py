@@ -7,13 +7,14 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from specdeploy.runtime.goodput import acceptance_lengths
 from specdeploy.runtime.profile import Fingerprint, Source
 from specdeploy.runtime.profiler.backend import CellSample
 from specdeploy.runtime.profiler.document import build_profile
 from specdeploy.runtime.profiler.exit_codes import ExitCode, model_not_found, out_of_memory
 from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.sampling import Sampling
-from specdeploy.runtime.profiler.search import SearchMode, run_search, sweep_up
+from specdeploy.runtime.profiler.search import SearchMode, run_search, settle, sweep_up
 from specdeploy.runtime.profiler.sim_backend import SimBackend
 from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
 from specdeploy.runtime.sim.presets import get_preset
@@ -145,6 +146,48 @@ def test_other_deterministic_failures_pass_through() -> None:
     with pytest.raises(Exception) as info:
         run_search(_grid(Missing(_dense_itl)), SearchMode.EXHAUSTIVE, [1, 2])
     assert getattr(info.value, "exit_code", None) == ExitCode.MODEL_NOT_FOUND
+
+
+class NoisyBackend(TableBackend):
+    """Step times with a fixed relative spread (alternating +-spread), for the stopping rules."""
+
+    def __init__(self, itl_s: Callable[[int, int], float], spread: float) -> None:
+        super().__init__(itl_s)
+        self.spread = spread
+        self.steps_asked: list[int] = []
+
+    def measure(self, batch_size: int, k: int, steps: int) -> CellSample:
+        sample = super().measure(batch_size, k, steps)
+        self.steps_asked.append(steps)
+        base = self.itl_s(batch_size, k)
+        times = [base * (1 + self.spread * (-1) ** i) for i in range(steps)]
+        return CellSample(batch_size, k, times, sample.drafted, sample.accepted)
+
+
+def test_a_clearly_losing_cell_stops_repeating_before_its_interval_is_narrow() -> None:
+    # 10% step spread: a 1% interval needs ~400 steps; K=5 at 3x the step time
+    # loses to K=0 by far, so it stops after its first repeat.
+    backend = NoisyBackend(lambda bs, k: 0.010 * (1 + 2 * (k == 5)), spread=0.10)
+    grid = Grid(backend, Sampling(steps=16, max_repeats=4), max_k=5, smallest_batch_size=1)
+    grid.measure(1, 0)
+    assert grid.cells[(1, 0)].repeats == 4  # no rival: only max_repeats stops it
+    assert grid.measure(1, 5).repeats == 1
+
+
+def test_settle_repeats_the_two_contenders_of_a_close_call_only() -> None:
+    # K=3 and K=4 within 0.2% of each other; K=0 far behind; 2% step spread.
+    al = acceptance_lengths(RATES, len(RATES))
+    goodput = {0: 100.0, 3: 180.0, 4: 180.3}
+    backend = NoisyBackend(lambda bs, k: float(al[k]) / goodput[k], spread=0.02)
+    grid = Grid(backend, Sampling(steps=16), max_k=5, smallest_batch_size=1)
+    for k in (0, 3, 4):
+        grid.measure(1, k)
+    before = {k: grid.cells[(1, k)].samples for k in (0, 3, 4)}
+    settle(grid)
+    after = {k: grid.cells[(1, k)].samples for k in (0, 3, 4)}
+    assert after[0] == before[0]
+    assert after[3] > before[3] and after[4] > before[4]
+    assert all(grid.cells[(1, k)].repeats >= 2 for k in (3, 4))
 
 
 # --- on the simulator ----------------------------------------------------------
