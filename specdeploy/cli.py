@@ -26,7 +26,10 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """Build the parser, importing only the module of the command in ``argv``."""
-    parser = argparse.ArgumentParser(prog="specdeploy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="specdeploy",
+        description="Speculative decoding on Kubernetes that adapts K to load and is never a loss.",
+    )
     parser.add_argument("--version", action="version", version=f"specdeploy {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = next((a for a in argv if not a.startswith("-")), None)
