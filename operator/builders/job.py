@@ -57,7 +57,7 @@ class ProfilingJob:
 def profiler_args(spec: SpeculativeDeploymentSpec, fp: Fingerprint) -> list[str]:
     """``specdeploy profile`` flags (specdeploy/commands/profile.py), writing through the API.
 
-    ``sim`` models a preset (its own model and GPU); ``vllm`` starts the
+    ``sim`` models a preset's model and draft on the pool's GPU type; ``vllm`` starts the
     fingerprint's engine on this pod's GPUs and measures it.
     """
     profiling = spec.profiling
@@ -69,7 +69,8 @@ def profiler_args(spec: SpeculativeDeploymentSpec, fp: Fingerprint) -> list[str]
         "--kubernetes",
     ]
     if profiling.backend is ProfilerBackend.SIM:
-        return [*args, f"--preset={profiling.sim_preset}"]
+        # the preset's model and draft, modelled on this pool's GPU type
+        return [*args, f"--preset={profiling.sim_preset}", f"--gpu-type={fp.gpu_type}"]
     args += [
         f"--model={fp.model}",
         f"--model-revision={fp.model_revision}",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.profiler.backend import DeterministicFailure, ProfilerBackend
@@ -33,6 +33,9 @@ from specdeploy.runtime.profiler.search import SearchMode, run_search
 from specdeploy.runtime.profiler.termination import write_termination_message
 from specdeploy.runtime.profiler.writer import ApiWriter, FileWriter, ProfileWriter
 from specdeploy.runtime.schedule import format_schedule
+
+if TYPE_CHECKING:
+    from specdeploy.runtime.sim.presets import Preset
 
 ENV_NAME = "SPECDEPLOY_PROFILE_NAME"
 ENV_NAMESPACE = "SPECDEPLOY_PROFILE_NAMESPACE"
@@ -67,6 +70,8 @@ class ProfileOptions:
     preset: str | None = None
     seed: int = 0
     jitter: float | None = None
+    gpu_type: str | None = None
+    """sim: model this GPU (its ``nvidia.com/gpu.product``) instead of the preset's."""
     engine: EngineOptions | None = None
     output: OutputOptions = field(default_factory=OutputOptions)
     termination_log: Path | None = None
@@ -123,6 +128,20 @@ def _api_writer(output: OutputOptions, env: Mapping[str, str], config: KubeConfi
 # --- backends --------------------------------------------------------------
 
 
+def _on_gpu(preset: Preset, gpu_type: str) -> Preset:
+    """The preset's model and draft on another GPU, so a pool's modelled profile
+    describes that pool's hardware (and its fingerprint says so)."""
+    from specdeploy.runtime.sim.hardware import get_gpu
+
+    try:
+        gpu = get_gpu(gpu_type)
+    except KeyError as err:
+        raise invalid_arguments(
+            f"--gpu-type: the simulator has no model of it: {err.args[0]}"
+        ) from None
+    return dataclasses.replace(preset, gpu=gpu)
+
+
 def make_backend(options: ProfileOptions) -> ProfilerBackend:
     """The backend the options name, started."""
     if options.backend == "sim":
@@ -133,6 +152,8 @@ def make_backend(options: ProfileOptions) -> ProfilerBackend:
             preset = get_preset(options.preset or "")
         except KeyError as err:
             raise invalid_arguments(f"--preset: {err.args[0]}") from None
+        if options.gpu_type:
+            preset = _on_gpu(preset, options.gpu_type)
         jitter = DEFAULT_JITTER if options.jitter is None else options.jitter
         return SimBackend(preset, seed=options.seed, jitter=jitter)
     assert options.engine is not None

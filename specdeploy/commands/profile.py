@@ -111,7 +111,11 @@ def register(subparsers: Any) -> None:
     engine.add_argument("--dtype", default="auto")
     engine.add_argument("--tensor-parallel-size", type=_positive, default=1)
     engine.add_argument("--max-model-len", type=_positive)
-    engine.add_argument("--gpu-type", help="vllm: GPU type for the fingerprint (default: detected)")
+    engine.add_argument(
+        "--gpu-type",
+        help="nvidia.com/gpu.product; vllm: for the fingerprint (default: detected); "
+        "sim: the GPU to model instead of the preset's",
+    )
     engine.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
     engine.add_argument("--cache-dir", type=Path, help="vllm: where converted models are cached")
     engine.add_argument("--max-k", type=_positive, help="largest K (vllm: required, sim: preset's)")
@@ -181,6 +185,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         preset=args.preset,
         seed=args.seed,
         jitter=args.jitter,
+        gpu_type=args.gpu_type,
         engine=engine,
         output=OutputOptions(
             out=args.out,

@@ -268,3 +268,35 @@ def _jsonl(tmp_path: Path) -> Path:
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"prompt": "Say hello."}\n', encoding="utf-8")
     return path
+
+
+def test_sim_models_the_pools_gpu_type_when_given(tmp_path: Path) -> None:
+    profiles = {}
+    for gpu in ("NVIDIA-H200", "NVIDIA-A100-SXM4-80GB"):
+        out = tmp_path / f"{gpu}.yaml"
+        code, _ = _profile(
+            tmp_path,
+            "--preset",
+            "llama8b-eagle3-h200",
+            "--gpu-type",
+            gpu,
+            *SMALL,
+            "--out",
+            str(out),
+        )
+        assert code == 0
+        profiles[gpu] = load_profile(out).spec
+    assert profiles["NVIDIA-A100-SXM4-80GB"].fingerprint.gpu_type == "NVIDIA-A100-SXM4-80GB"
+    itl = {
+        gpu: next(m.itl_ms for m in spec.measurements if (m.batch_size, m.k) == (64, 0))
+        for gpu, spec in profiles.items()
+    }
+    # 2.0 TB/s and 312 TFLOP/s against 4.8 TB/s and 989: the A100 is slower
+    assert itl["NVIDIA-A100-SXM4-80GB"] > 1.5 * itl["NVIDIA-H200"]
+
+
+def test_sim_with_an_unknown_gpu_type_is_invalid_arguments(tmp_path: Path) -> None:
+    _fails(
+        tmp_path, ExitCode.INVALID_ARGUMENTS, "--gpu-type", "--preset", "seed-dense",
+        "--gpu-type", "NVIDIA-Imaginary-1", "--out", "-",
+    )  # fmt: skip
