@@ -118,3 +118,23 @@ def test_the_plain_config_drops_the_gguf_quantization() -> None:
     config["_model_name_or_path"] = "x"
     plain = smollm2.plain_config(config)
     assert plain == {"hidden_size": 576, "architectures": ["LlamaForCausalLM"]}
+
+
+def test_draft_acceptance_is_conditional_on_earlier_positions() -> None:
+    from specdeploy.runtime.models.drafts import conditional_acceptance
+
+    # Agreement T T F T: from start 0, drafts 1-2 accepted, 3 rejected; ...
+    rates, samples = conditional_acceptance([[True, True, False, True]], positions=3)
+    assert samples == 4
+    # position 1 tried from every start (4), accepted at starts 0, 1, 3;
+    # position 2 tried where position 1 held and a next token exists (starts 0, 1).
+    assert rates[0] == pytest.approx(3 / 4)
+    assert rates[1] == pytest.approx(1 / 2)
+    assert rates[2] == 0.0
+
+
+def test_draft_names_and_revisions() -> None:
+    from specdeploy.runtime.models import drafts
+
+    assert drafts.is_alias("smollm2-distilled")
+    assert not drafts.is_alias("smollm2")

@@ -114,3 +114,24 @@ def test_the_converted_checkpoint_answers_like_the_model(
     )
     done = _run(vllm_python, vllm_env, "-c", script)
     assert "Paris" in done.stdout
+
+
+def test_a_draft_trains_on_the_targets_greedy_outputs(
+    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
+) -> None:
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from specdeploy.runtime.models import drafts, smollm2\n"
+        "recipe = drafts.Recipe(conversations=4, held_out=1, epochs=1, answer_tokens=6, batch=2)\n"
+        "folder = drafts.ensure_draft('smollm2-distilled', target=smollm2.ensure_checkpoint(),"
+        " root=Path(sys.argv[1]), recipe=recipe)\n"
+        "print(json.dumps({'folder': str(folder), **drafts.report(folder)}))\n"
+    )
+    done = _run(vllm_python, vllm_env, "-c", script, str(tmp_path))
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    folder = Path(report["folder"])
+    assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 4
+    assert (folder / "tokenizer.json").is_file()
+    assert len(report["acceptance_per_position"]) == 8
+    assert report["train_tokens"] > 0
