@@ -50,10 +50,10 @@ class Recipe:
     """Everything that changes the trained draft (its identity is a hash of it)."""
 
     layers: int = LAYERS
-    answer_tokens: int = 128
-    conversations: int = 80
-    held_out: int = 10
-    epochs: int = 3
+    answer_tokens: int = 96
+    conversations: int = 48
+    held_out: int = 8
+    epochs: int = 2
     batch: int = 8
     lr: float = 5e-4
     seed: int = 0
