@@ -59,6 +59,8 @@ FIRST_ANSWER_TOKENS = 192
 """Length of the model's own first answers that MT-Bench's second turns refer to."""
 MAX_NEW_TOKENS = 256
 """Per request while measuring; a finished request is replaced at once."""
+STARVED_STEPS = 8
+"""Consecutive steps with requests waiting and the batch short: it does not fit."""
 NGRAM_DEFAULTS = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
 
@@ -113,6 +115,7 @@ class VllmBackend:
         self.cells: list[CellLog] = []
         self._serial = 0
         self._in_flight: set[str] = set()
+        self._starved = 0
         self._target = resolve_model(options.model, options.model_revision, options.cache_dir)
         self._draft = (
             resolve_draft(options.draft_model, options.draft_revision, self._target, options)
@@ -305,6 +308,7 @@ class VllmBackend:
         params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens)
         records = self._scheduler.records
         records.clear()
+        self._starved = 0
         for _ in range(batch_size):
             self._add_request(engine, params)
         kept: list[Any] = []
@@ -320,7 +324,7 @@ class VllmBackend:
                 if output.finished:
                     self._in_flight.discard(output.request_id)
                     self._add_request(engine, params)
-            self._check_fits(batch_size, seen)
+            self._check_fits(batch_size)
             for record in records[seen:]:
                 if record.pure_decode and record.num_requests == batch_size:
                     if warm < self.warmup_steps:
@@ -339,10 +343,18 @@ class VllmBackend:
         self._in_flight.add(request_id)
         self._serial += 1
 
-    def _check_fits(self, batch_size: int, steps_seen: int) -> None:
-        """Requests left waiting after the batch started: the KV cache is too small."""
+    def _check_fits(self, batch_size: int) -> None:
+        """Requests left waiting step after step: the KV cache is too small.
+
+        A replacement for a finished request waits until the next step
+        schedules it, so only a wait over several consecutive steps counts.
+        """
         scheduler = self._scheduler
-        if steps_seen > 8 and scheduler.waiting and len(scheduler.running) < batch_size:
+        if scheduler.waiting and len(scheduler.running) < batch_size:
+            self._starved += 1
+        else:
+            self._starved = 0
+        if self._starved > STARVED_STEPS:
             raise out_of_memory(
                 f"batch size {batch_size} does not fit: {len(scheduler.running)} running, "
                 f"{len(scheduler.waiting)} waiting for KV cache"
