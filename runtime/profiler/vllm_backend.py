@@ -52,6 +52,7 @@ from specdeploy.runtime.profiler.exit_codes import (
     model_not_found,
     out_of_memory,
 )
+from specdeploy.runtime.vllm_steps import conditional_from_drafts
 
 CPU_KV_CACHE_GIB = "4"
 CPU_GPU_MEMORY_UTILIZATION = 0.5
@@ -373,27 +374,6 @@ class VllmBackend:
 
 
 # --- pure helpers ---------------------------------------------------------------------
-
-
-def conditional_from_drafts(
-    pairs: Sequence[tuple[int, int]], k: int
-) -> tuple[list[int], list[int]]:
-    """Per-position counts with conditional denominators (kpolicy.py).
-
-    ``pairs`` holds (drafted, accepted) per sequence and step; position i
-    (1-based) counts as drafted when the sequence had at least i drafts and
-    accepted its first i-1, as accepted when it accepted at least i.
-    """
-    drafted = [0] * k
-    accepted = [0] * k
-    for n_drafted, n_accepted in pairs:
-        n_drafted = min(n_drafted, k)
-        n_accepted = min(n_accepted, n_drafted)
-        for i in range(min(n_drafted, n_accepted + 1)):
-            drafted[i] += 1
-        for i in range(n_accepted):
-            accepted[i] += 1
-    return drafted, accepted
 
 
 def render(

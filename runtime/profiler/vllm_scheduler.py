@@ -27,6 +27,8 @@ from typing import Any
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from specdeploy.runtime.vllm_steps import is_pure_decode, step_drafts
+
 
 @dataclass(frozen=True)
 class StepRecord:
@@ -92,30 +94,3 @@ class MeasuringScheduler(Scheduler):  # type: ignore[misc]  # vLLM is untyped he
             )
         )
         return outputs
-
-
-def step_drafts(scheduler_output: Any, model_runner_output: Any) -> tuple[tuple[int, int], ...]:
-    """(drafted, accepted) for each request whose drafts were verified this step."""
-    sampled = model_runner_output.sampled_token_ids
-    if not sampled:
-        return ()
-    invalid = scheduler_output.num_invalid_spec_tokens or {}
-    index = model_runner_output.req_id_to_index
-    found = []
-    for req_id, draft in scheduler_output.scheduled_spec_decode_tokens.items():
-        row = index.get(req_id)
-        if row is None or not draft:
-            continue
-        drafted = len(draft) - invalid.get(req_id, 0)
-        accepted = max(len(sampled[row]) - 1, 0)
-        found.append((drafted, min(accepted, drafted)))
-    return tuple(found)
-
-
-def is_pure_decode(scheduler_output: Any) -> bool:
-    """Each request scheduled exactly one new token plus its drafts (no prefill)."""
-    if scheduler_output.scheduled_new_reqs:
-        return False
-    spec = sum(len(v) for v in scheduler_output.scheduled_spec_decode_tokens.values())
-    reqs = len(scheduler_output.num_scheduled_tokens)
-    return bool(reqs) and scheduler_output.total_num_scheduled_tokens == reqs + spec

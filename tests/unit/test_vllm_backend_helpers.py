@@ -11,6 +11,7 @@ from specdeploy.runtime.models import smollm2
 from specdeploy.runtime.profiler import vllm_backend as vb
 from specdeploy.runtime.profiler.backend import DeterministicFailure
 from specdeploy.runtime.profiler.backends import EngineOptions
+from specdeploy.runtime.vllm_steps import conditional_from_drafts
 
 
 def _options(**changes: object) -> EngineOptions:
@@ -21,21 +22,21 @@ def _options(**changes: object) -> EngineOptions:
 
 def test_conditional_counts_need_earlier_positions_accepted() -> None:
     # (drafted, accepted): all 3 accepted; first rejected; 2 drafted, 1 accepted.
-    drafted, accepted = vb.conditional_from_drafts([(3, 3), (3, 0), (2, 1)], k=3)
+    drafted, accepted = conditional_from_drafts([(3, 3), (3, 0), (2, 1)], k=3)
     assert drafted == [3, 2, 1]
     assert accepted == [2, 1, 1]
 
 
 def test_conditional_counts_match_kpolicy_when_every_position_is_drafted() -> None:
     per_seq = [0, 1, 2, 3, 3, 1]
-    assert vb.conditional_from_drafts([(3, a) for a in per_seq], k=3) == conditional_counts(
+    assert conditional_from_drafts([(3, a) for a in per_seq], k=3) == conditional_counts(
         per_seq, 3
     )
 
 
 def test_counts_are_clamped_to_k_and_to_the_drafts() -> None:
-    assert vb.conditional_from_drafts([(5, 7)], k=2) == ([1, 1], [1, 1])
-    assert vb.conditional_from_drafts([], k=0) == ([], [])
+    assert conditional_from_drafts([(5, 7)], k=2) == ([1, 1], [1, 1])
+    assert conditional_from_drafts([], k=0) == ([], [])
 
 
 def test_engine_arguments_force_the_lookup_for_every_batch_size() -> None:
