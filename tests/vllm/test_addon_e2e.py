@@ -76,11 +76,8 @@ def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
             continue
         head, value = line.rsplit(" ", 1)
         name, _, rest = head.partition("{")
-        labels = frozenset(
-            tuple(item.split("=", 1))
-            for item in rest.rstrip("}").replace('"', "").split(",")
-            if item
-        )
+        pairs = (item.partition("=") for item in rest.rstrip("}").replace('"', "").split(","))
+        labels = frozenset((key, val) for key, _, val in pairs if key)
         out[(name, labels)] = float(value)
     return out
 
