@@ -1,27 +1,40 @@
-"""The one module that talks to the API server: a small, typed REST client.
+"""The harness's REST verbs over the shared stdlib client (``specdeploy.runtime.kubeapi``).
 
 The harness needs a dozen verbs (get, list, create, patch, delete, token
-requests) against one local server. A stdlib client keeps the dev extra free
-of the ``kubernetes`` package and its untyped surface, so mypy --strict stays
-meaningful, and makes each request a plain value that tests can read.
+requests) against one local server. The transport, credentials and
+``ApiError`` are the ones the operator and the profiler use too (stdlib, so
+the dev extra stays free of the ``kubernetes`` package and its untyped
+surface, and mypy --strict stays meaningful); this module adds the verbs,
+the kinds the harness touches, and the harness's shorter timeout.
 Credentials are client certificates (admin, components) or bearer tokens
 (ServiceAccounts, so that RBAC applies to what a test does with them).
 """
 
 from __future__ import annotations
 
-import http.client
-import json
-import ssl
-import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from specdeploy.runtime.kubeapi import (
+    MERGE_PATCH,
+    ApiError,
+    Client,
+    Credentials,
+    Obj,
+    get_or_none,
+)
 
-Obj = dict[str, Any]
+__all__ = [
+    "PLURALS",
+    "ApiError",
+    "Credentials",
+    "KubeApi",
+    "Obj",
+    "collection_path",
+    "object_path",
+    "path_for",
+]
 
 # Kinds the harness touches -> their plural resource names.
 PLURALS: Mapping[str, str] = {
@@ -38,66 +51,6 @@ PLURALS: Mapping[str, str] = {
     "ServiceAccount": "serviceaccounts",
     "CustomResourceDefinition": "customresourcedefinitions",
 }
-
-
-class ApiError(Exception):
-    """A non-2xx answer; ``status`` is the HTTP code, ``reason`` Kubernetes' own."""
-
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        self.status = status
-        try:
-            payload = json.loads(body)
-        except ValueError:
-            payload = {}
-        self.reason: str = payload.get("reason", "") if isinstance(payload, dict) else ""
-        message = payload.get("message", body) if isinstance(payload, dict) else body
-        super().__init__(f"{method} {path}: {status} {self.reason}: {message}")
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Where the server is and how to prove who we are."""
-
-    server: str
-    ca_file: Path
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    token: str | None = None
-    token_file: Path | None = None
-
-    @classmethod
-    def from_kubeconfig(cls, path: Path) -> Credentials:
-        """Read the current context of a kubeconfig that uses file paths."""
-        config = yaml.safe_load(path.read_text())
-        context_name = config["current-context"]
-        context = _named(config["contexts"], context_name)["context"]
-        cluster = _named(config["clusters"], context["cluster"])["cluster"]
-        user = _named(config["users"], context["user"])["user"]
-
-        def opt(key: str) -> Path | None:
-            return Path(user[key]) if key in user else None
-
-        return cls(
-            server=cluster["server"],
-            ca_file=Path(cluster["certificate-authority"]),
-            cert_file=opt("client-certificate"),
-            key_file=opt("client-key"),
-            token=user.get("token"),
-            token_file=opt("tokenFile"),
-        )
-
-    def bearer(self) -> str | None:
-        """The token, re-read from its file each time (projected tokens rotate)."""
-        if self.token_file is not None:
-            return self.token_file.read_text().strip()
-        return self.token
-
-
-def _named(items: list[Obj], name: str) -> Obj:
-    for item in items:
-        if item["name"] == name:
-            return item
-    raise KeyError(f"kubeconfig has no entry named {name!r}")
 
 
 def path_for(
@@ -139,67 +92,22 @@ def collection_path(obj: Mapping[str, Any]) -> str:
     )
 
 
-class KubeApi:
-    """Blocking JSON requests against one API server with one identity."""
+class KubeApi(Client):
+    """The shared client, with the verbs the harness uses and a shorter default timeout."""
 
     def __init__(self, credentials: Credentials, *, timeout: float = 15.0) -> None:
-        self.credentials = credentials
-        self.timeout = timeout
-        url = urllib.parse.urlsplit(credentials.server)
-        self._host = url.hostname or "127.0.0.1"
-        self._port = url.port or 443
-        self._ssl = ssl.create_default_context(cafile=str(credentials.ca_file))
-        if credentials.cert_file is not None and credentials.key_file is not None:
-            self._ssl.load_cert_chain(str(credentials.cert_file), str(credentials.key_file))
+        super().__init__(credentials, timeout=timeout)
 
     @classmethod
     def from_kubeconfig(cls, path: Path, *, timeout: float = 15.0) -> KubeApi:
         return cls(Credentials.from_kubeconfig(path), timeout=timeout)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: object = None,
-        query: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
-    ) -> Obj:
-        """Send one request; return the decoded JSON object or raise ApiError."""
-        target = path + ("?" + urllib.parse.urlencode(query) if query else "")
-        headers = {"Accept": "application/json"}
-        token = self.credentials.bearer()
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        payload = None
-        if body is not None:
-            payload = json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        conn = http.client.HTTPSConnection(
-            self._host, self._port, context=self._ssl, timeout=self.timeout
-        )
-        try:
-            conn.request(method, target, body=payload, headers=headers)
-            response = conn.getresponse()
-            text = response.read().decode()
-        finally:
-            conn.close()
-        if not 200 <= response.status < 300:
-            raise ApiError(method, target, response.status, text)
-        decoded: Obj = json.loads(text) if text else {}
-        return decoded
 
     def get(self, path: str, **query: str) -> Obj:
         return self.request("GET", path, query=query or None)
 
     def get_or_none(self, path: str) -> Obj | None:
         """GET that answers None for a 404, for "is it gone yet?" polls."""
-        try:
-            return self.get(path)
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
+        return get_or_none(self, path)
 
     def items(self, path: str, **query: str) -> list[Obj]:
         """The items of a list request."""
@@ -214,7 +122,7 @@ class KubeApi:
         return self.request("POST", path, body=body)
 
     def merge_patch(self, path: str, patch: Mapping[str, Any]) -> Obj:
-        return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+        return self.request("PATCH", path, body=patch, content_type=MERGE_PATCH)
 
     def delete(self, path: str, *, propagation: str = "Background") -> Obj:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}

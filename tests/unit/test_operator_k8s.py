@@ -6,7 +6,6 @@ every request goes through the fake, which counts them.
 
 from __future__ import annotations
 
-import base64
 import copy
 import http.client
 import itertools
@@ -369,39 +368,17 @@ def test_merge_patch_deletes_keys_that_are_gone() -> None:
     }
 
 
-# --- credentials -----------------------------------------------------------
-
-
-def test_kubeconfig_inline_data_becomes_private_files(tmp_path: Path) -> None:
-    encoded = base64.b64encode(b"PEM").decode()
+def test_credentials_come_from_kubeconfig_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = {
         "current-context": "c",
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [
-            {
-                "name": "k",
-                "cluster": {
-                    "server": "https://127.0.0.1:6443",
-                    "certificate-authority-data": encoded,
-                },
-            }
-        ],
-        "users": [
-            {"name": "u", "user": {"client-certificate-data": encoded, "client-key-data": encoded}}
-        ],
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
     }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
-    creds = k8s.credentials_from_kubeconfig(path)
-    assert creds.server == "https://127.0.0.1:6443"
-    assert creds.key_file is not None and creds.key_file.read_bytes() == b"PEM"
-    assert creds.key_file.stat().st_mode & 0o077 == 0
-
-
-def test_a_token_file_is_reread_on_every_request(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text("one\n")
-    creds = k8s.Credentials(server="https://x", token_file=token)
-    assert creds.bearer() == "one"
-    token.write_text("two\n")
-    assert creds.bearer() == "two"
+    monkeypatch.setenv("KUBECONFIG", f"{path}:{tmp_path / 'ignored'}")
+    creds = k8s.find_credentials()
+    assert (creds.server, creds.bearer()) == ("https://127.0.0.1:6443", "t")

@@ -236,7 +236,7 @@ def test_in_cluster_config_from_the_kubelet_environment(tmp_path: Path) -> None:
     config = in_cluster(env)
     assert config is not None
     assert config.server == "https://[fd00::1]:6443"
-    assert config.namespace == "ml" and config.token() == "t"
+    assert config.namespace == "ml" and config.bearer() == "t"
     assert config.ca_file == tmp_path / "ca.crt"
     assert in_cluster({}) is None
 
