@@ -6,8 +6,11 @@ Tokens per second, closed loop at a fixed concurrency (``batch size``), for
 * ``fixed:3``: K=3 at every batch size;
 * ``table``: the measured profile's schedule, as vLLM's own
   ``num_speculative_tokens_per_batch_size``;
+* ``adaptive``: the add-on (``--scheduler-cls``) with the adaptive policy,
+  the profile as its prior and the same table as vLLM's start table;
+* ``table+addon``: the add-on serving the profile's table unchanged (what
+  ``bench/addon_overhead.py`` compares with ``table``; not run by default).
 
-(the adaptive policy joins through the add-on once the runtime issue lands).
 One engine per policy (in-process engine core), MT-Bench prompts (first
 turns, and second turns with the model's own first answers where the
 profiler cached them), greedy, ``--max-tokens`` per request, ``--requests``
@@ -30,6 +33,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,14 +44,20 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
+ADDON = "specdeploy.runtime.vllm_addon.scheduler_factory"
+DEFAULT_POLICIES = ("vanilla", "fixed:3", "table", "adaptive")
+
+
 @dataclass(frozen=True)
 class Policy:
     name: str
     speculative: dict[str, Any] | None
+    addon_policy: str | None = None
+    """The add-on's policy (None: plain vLLM, no --scheduler-cls)."""
 
 
 def policies(profile: dict[str, Any], method: str, draft: str | None) -> list[Policy]:
-    """vanilla, fixed K=3, and the profile's schedule (vLLM's own table)."""
+    """vanilla, fixed K=3, the profile's schedule (vLLM's own table), and the add-on's."""
     spec = profile["spec"]
     max_k = int(spec["fingerprint"]["maxK"])
     base: dict[str, Any] = {"method": method}
@@ -56,18 +66,38 @@ def policies(profile: dict[str, Any], method: str, draft: str | None) -> list[Po
     if draft:
         base["model"] = draft
     table = [list(map(int, row)) for row in spec["schedule"]]
+    tabled = {
+        **base,
+        "num_speculative_tokens": max_k,
+        "num_speculative_tokens_per_batch_size": table,
+    }
     return [
         Policy("vanilla", None),
         Policy("fixed:3", {**base, "num_speculative_tokens": 3}),
-        Policy(
-            "table",
-            {
-                **base,
-                "num_speculative_tokens": max_k,
-                "num_speculative_tokens_per_batch_size": table,
-            },
-        ),
+        Policy("table", tabled),
+        Policy("adaptive", tabled, addon_policy="adaptive"),
+        Policy("table+addon", tabled, addon_policy="table"),
     ]
+
+
+def addon_files(policy: Policy, profile: dict[str, Any], folder: Path) -> dict[str, str]:
+    """The pool's ConfigMap as the operator writes it, and the add-on's environment."""
+    spec = profile["spec"]
+    table = {
+        "policy": policy.addon_policy,
+        "maxK": int(spec["fingerprint"]["maxK"]),
+        "fixedK": None,
+        "profile": profile.get("metadata", {}).get("name"),
+        "schedule": spec["schedule"],
+    }
+    (folder / "table.json").write_text(json.dumps(table))
+    (folder / "profile.json").write_text(json.dumps(spec))
+    return {
+        "SPECDEPLOY_TABLE_FILE": str(folder / "table.json"),
+        "SPECDEPLOY_POOL": "cpu",
+        # No CUDA graphs on CPU: every K up to maxK is a valid shape.
+        "SPECDEPLOY_ALLOWED_K": "all",
+    }
 
 
 def closed_loop(
@@ -126,6 +156,11 @@ def run_policy(policy: Policy, args: argparse.Namespace, model: str) -> dict[str
     }
     if policy.speculative:
         kwargs["speculative_config"] = policy.speculative
+    if policy.addon_policy is not None:
+        profile = yaml.safe_load(args.profile.read_text())
+        folder = Path(tempfile.mkdtemp(prefix="cpu-dsd-addon-"))
+        os.environ.update(addon_files(policy, profile, folder))
+        kwargs["scheduler_cls"] = ADDON
     started = time.perf_counter()
     llm = LLM(**kwargs)
     start_s = time.perf_counter() - started
@@ -144,9 +179,40 @@ def run_policy(policy: Policy, args: argparse.Namespace, model: str) -> dict[str
         print(
             f"{policy.name:8s} bs={bs:3d} {cells[str(bs)]['tokens_per_s']:8.1f} tok/s", flush=True
         )
+    addon = addon_summary(llm)
     llm.llm_engine.engine_core.shutdown()
     del llm
-    return {"engine_start_s": start_s, "cells": cells, "speculative_config": policy.speculative}
+    return {
+        "engine_start_s": start_s,
+        "cells": cells,
+        "speculative_config": policy.speculative,
+        "addon": addon,
+    }
+
+
+def addon_summary(llm: Any) -> dict[str, Any] | None:
+    """K use and estimates of the add-on (in-process engine core), or None without it."""
+    core = getattr(llm.llm_engine.engine_core, "engine_core", None)
+    addon = getattr(getattr(core, "scheduler", None), "specdeploy", None)
+    if addon is None:
+        return None
+    registry = addon.metrics.registry
+    steps = {
+        k: registry.get_sample_value("specdeploy_steps_total", {"pool": "cpu", "k": str(k)})
+        for k in range(addon.controller.shape.num_speculative_tokens + 1)
+    }
+    table = addon.controller.table
+    policy = None if table is None else table.policy
+    estimates = getattr(policy, "estimates", None)
+    found: dict[str, Any] = {"steps_by_k": steps, "policy": getattr(policy, "name", None)}
+    if estimates is not None:
+        e = estimates()
+        found.update(
+            acceptance=[round(a, 3) for a in e.acceptance],
+            switches=e.switches,
+            exploration_steps=e.exploration_steps,
+        )
+    return found
 
 
 def run_apart(policy: Policy, argv: list[str]) -> dict[str, Any]:
@@ -166,6 +232,7 @@ def run_apart(policy: Policy, argv: list[str]) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     names = list(result["policies"])
+    compared = [n for n in ("table", "adaptive") if n in names]
     lines = [
         "# CPU DSD table (MEASURED: vLLM CPU build, SmolLM2-135M, MT-Bench)",
         "",
@@ -175,16 +242,20 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "| batch size | "
         + " | ".join(f"{n} tok/s" for n in names)
-        + " | table vs fixed:3 | table vs vanilla |",
-        "|---|" + "---|" * (len(names) + 2),
+        + " | "
+        + " | ".join(f"{n} vs fixed:3 | {n} vs vanilla" for n in compared)
+        + " |",
+        "|---|" + "---|" * (len(names) + 2 * len(compared)),
     ]
     for bs in result["batch_sizes"]:
         row = [result["policies"][n]["cells"][str(bs)]["tokens_per_s"] for n in names]
         tps = dict(zip(names, row, strict=True))
-        vs_fixed = tps["table"] / tps["fixed:3"] - 1
-        vs_vanilla = tps["table"] / tps["vanilla"] - 1
+        ratios = [
+            f"{tps[n] / tps['fixed:3'] - 1:+.1%} | {tps[n] / tps['vanilla'] - 1:+.1%}"
+            for n in compared
+        ]
         cells = " | ".join(f"{v:.1f}" for v in row)
-        lines.append(f"| {bs} | {cells} | {vs_fixed:+.1%} | {vs_vanilla:+.1%} |")
+        lines.append(f"| {bs} | {cells} | {' | '.join(ratios)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -212,9 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = yaml.safe_load(args.profile.read_text())
     method = profile["spec"]["fingerprint"]["method"]
     chosen = policies(profile, method, args.draft_model)
-    if args.only:
-        keep = set(args.only.split(","))
-        chosen = [c for c in chosen if c.name in keep]
+    keep = set(args.only.split(",")) if args.only else set(DEFAULT_POLICIES)
+    chosen = [c for c in chosen if c.name in keep]
     model = str(smollm2.ensure_checkpoint())
     result: dict[str, Any] = {
         "measured": True,
