@@ -415,3 +415,16 @@ def unused_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def test_the_readme_documents_every_setting_and_only_those() -> None:
+    import re
+
+    from specdeploy.runtime.vllm_addon import settings
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## The vLLM add-on", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| `(SPECDEPLOY_[A-Z_]+)`", section, flags=re.M))
+    expected = {settings.PREFIX + key.upper() for key in settings._KEYS}
+    assert documented == expected
+    assert "SPECDEPLOY_CONFIG_FILE" in section
