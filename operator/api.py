@@ -255,7 +255,12 @@ class VllmSpec(_Model):
         ),
     )
 
-    image: str = Field(default="vllm/vllm-openai:v0.32.0", min_length=1)
+    image: str = Field(
+        default="ghcr.io/specdeploy/specdeploy-runtime:0.1.0",
+        min_length=1,
+        description="Serving image: vLLM plus the specdeploy add-on (images/runtime.Dockerfile); "
+        "a plain vLLM image cannot load --scheduler-cls.",
+    )
     engine_version: str = Field(
         default="0.32.0",
         min_length=1,

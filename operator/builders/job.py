@@ -38,7 +38,8 @@ from specdeploy.runtime.profiler.kube import ENV_SA_DIR, SERVICEACCOUNT_DIR
 from specdeploy.runtime.profiler.run import ENV_NAME, ENV_NAMESPACE
 
 CONTAINER = "profiler"
-DEFAULT_IMAGE = "ghcr.io/specdeploy/specdeploy:0.1.0"
+DEFAULT_IMAGE = "ghcr.io/specdeploy/specdeploy-runtime:0.1.0"
+"""The profiler runs in the serving image (images/runtime.Dockerfile), datasets included."""
 FINGERPRINT_ANNOTATION = "specdeploy.io/fingerprint"
 DETERMINISTIC_EXIT_CODES: tuple[int, ...] = tuple(sorted(int(c) for c in DETERMINISTIC))
 
