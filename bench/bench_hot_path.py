@@ -10,6 +10,11 @@ table rebuild every ``recompute_interval`` steps, amortised.
     python bench/bench_hot_path.py [--profile examples/profile-example.yaml]
                                    [--steps 20000] [--out bench/results/hot_path.json]
 
+``addon.choose_k`` is the same policy behind the add-on's controller (what
+vLLM's ``schedule()`` reaches through the replaced lookup), ``addon.step_done``
+what the add-on does in ``update_from_output``: conditional counts from the
+per-request pairs, the policy's observe, and the Prometheus series.
+
 The numbers include the Python for-loop around each call; the ``noop``
 entry measures that loop calling an empty method, for reference. The
 machine's load average is recorded: on a shared box every figure scales with
@@ -31,13 +36,19 @@ from typing import Any
 
 from specdeploy.runtime.kpolicy import conditional_counts
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
+from specdeploy.runtime.policy_config import AdaptiveConfig
 from specdeploy.runtime.profile import load_profile
+from specdeploy.runtime.schedule import derive_schedule
+from specdeploy.runtime.vllm_addon.controller import KController
+from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
+from specdeploy.runtime.vllm_addon.table_source import EngineShape, load_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "examples" / "profile-example.yaml"
 DEFAULT_OUT = ROOT / "bench" / "results" / "hot_path.json"
 
 Step = tuple[int, int, float, list[int], list[int]]
+Pairs = list[tuple[int, int]]
 
 
 def batch_size_walk(steps: int, max_bs: int, rng: random.Random) -> list[int]:
@@ -52,10 +63,14 @@ def batch_size_walk(steps: int, max_bs: int, rng: random.Random) -> list[int]:
     return sizes
 
 
-def recorded_steps(policy: AdaptivePolicy, sizes: Sequence[int], rng: random.Random) -> list[Step]:
-    """Run the policy once and record what observe() would be fed at each step."""
+def recorded_steps(
+    policy: AdaptivePolicy, sizes: Sequence[int], rng: random.Random
+) -> tuple[list[Step], list[Pairs]]:
+    """Run the policy once and record what observe() would be fed at each step,
+    and the per-request (drafted, accepted) pairs the add-on reads from vLLM."""
     rates = policy.estimates().acceptance_prior
     steps: list[Step] = []
+    pairs: list[Pairs] = []
     for bs in sizes:
         k = policy.choose_k(bs)
         per_seq = [_accepted(rates, k, rng) for _ in range(bs)]
@@ -63,7 +78,27 @@ def recorded_steps(policy: AdaptivePolicy, sizes: Sequence[int], rng: random.Ran
         seconds = 0.005 + 0.0001 * bs * (k + 1)
         policy.observe(bs, k, seconds, drafted, accepted)
         steps.append((bs, k, seconds, drafted, accepted))
-    return steps
+        pairs.append([(k, a) for a in per_seq] if k else [])
+    return steps, pairs
+
+
+def addon_controller(doc: Any, max_k: int, max_bs: int) -> KController:
+    """The add-on's controller (metrics on) serving the profile's adaptive policy."""
+    spec = doc.spec
+    shape = EngineShape(max_k, max_bs, tuple(range(max_k + 1)))
+    schedule = spec.schedule or derive_schedule(spec, max_bs)
+    table = {"policy": "adaptive", "maxK": max_k, "schedule": [list(r) for r in schedule]}
+    profile = json.dumps(doc.to_document()["spec"]).encode()
+    loaded = load_table(
+        json.dumps(table).encode(),
+        profile,
+        shape,
+        default_policy="adaptive",
+        adaptive=AdaptiveConfig(),
+    )
+    controller = KController([0] * (max_bs + 1), shape, AddonMetrics("bench", max_k))
+    controller.install(loaded)
+    return controller
 
 
 def _accepted(rates: Sequence[float], k: int, rng: random.Random) -> int:
@@ -93,7 +128,7 @@ def measure(profile_path: Path, n_steps: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     warm = AdaptivePolicy.from_profile(doc)
     sizes = batch_size_walk(n_steps, warm.max_batch_size, rng)
-    steps = recorded_steps(warm, sizes, rng)
+    steps, pairs = recorded_steps(warm, sizes, rng)
     adaptive = AdaptivePolicy.from_profile(doc)
     for bs, k, seconds, drafted, accepted in steps:  # same learnt state as in serving
         adaptive.observe(bs, k, seconds, drafted, accepted)
@@ -114,6 +149,18 @@ def measure(profile_path: Path, n_steps: int, seed: int) -> dict[str, Any]:
         for bs, k, seconds, drafted, accepted in steps:
             observe(bs, k, seconds, drafted, accepted)
 
+    max_k = doc.spec.fingerprint.max_k
+    addon = addon_controller(doc, max_k, adaptive.max_batch_size)
+    for (bs, k, seconds, _, _), step_pairs in zip(steps, pairs, strict=True):
+        addon.step_done(bs, k, seconds, step_pairs)
+
+    fed = addon_controller(doc, max_k, adaptive.max_batch_size)
+
+    def step_done_loop() -> None:
+        done = fed.step_done
+        for (bs, k, seconds, _, _), step_pairs in zip(steps, pairs, strict=True):
+            done(bs, k, seconds, step_pairs)
+
     refresher = AdaptivePolicy.from_profile(doc)
     refresh_us = ns_per_call(refresher.refresh, 1, repeat=200) / 1e3
     return {
@@ -128,6 +175,8 @@ def measure(profile_path: Path, n_steps: int, seed: int) -> dict[str, Any]:
             "adaptive.choose_k": round(ns_per_call(loop_of(adaptive.choose_k), n_steps), 1),
             "adaptive.observe": round(ns_per_call(observe_loop, n_steps), 1),
             "table.choose_k": round(ns_per_call(loop_of(table.choose_k), n_steps), 1),
+            "addon.choose_k": round(ns_per_call(loop_of(addon.choose_k), n_steps), 1),
+            "addon.step_done": round(ns_per_call(step_done_loop, n_steps), 1),
             "noop": round(ns_per_call(loop_of(noop.call), n_steps), 1),
         },
         "refresh_us": round(refresh_us, 1),

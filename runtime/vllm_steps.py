@@ -65,13 +65,24 @@ def conditional_from_drafts(
     (1-based) counts as drafted when the sequence had at least i drafts and
     accepted its first i-1, as accepted when it accepted at least i.
     """
+    # Position i counts as drafted for a pair when min(drafted, accepted + 1) > i and as
+    # accepted when accepted > i: histogram those two numbers (two increments per
+    # pair; vLLM hands over one pair per request per step), then take suffix sums.
+    reach = [0] * (k + 1)
+    took = [0] * (k + 1)
+    for n_drafted, n_accepted in pairs:
+        if n_drafted > k:
+            n_drafted = k
+        if n_accepted > n_drafted:
+            n_accepted = n_drafted
+        reach[n_drafted if n_drafted <= n_accepted else n_accepted + 1] += 1
+        took[n_accepted] += 1
     drafted = [0] * k
     accepted = [0] * k
-    for n_drafted, n_accepted in pairs:
-        n_drafted = min(n_drafted, k)
-        n_accepted = min(n_accepted, n_drafted)
-        for i in range(min(n_drafted, n_accepted + 1)):
-            drafted[i] += 1
-        for i in range(n_accepted):
-            accepted[i] += 1
+    d = a = 0
+    for i in range(k - 1, -1, -1):
+        d += reach[i + 1]
+        a += took[i + 1]
+        drafted[i] = d
+        accepted[i] = a
     return drafted, accepted

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specdeploy.runtime.kpolicy import conditional_counts
 from specdeploy.runtime.models import smollm2
@@ -29,9 +31,7 @@ def test_conditional_counts_need_earlier_positions_accepted() -> None:
 
 def test_conditional_counts_match_kpolicy_when_every_position_is_drafted() -> None:
     per_seq = [0, 1, 2, 3, 3, 1]
-    assert conditional_from_drafts([(3, a) for a in per_seq], k=3) == conditional_counts(
-        per_seq, 3
-    )
+    assert conditional_from_drafts([(3, a) for a in per_seq], k=3) == conditional_counts(per_seq, 3)
 
 
 def test_counts_are_clamped_to_k_and_to_the_drafts() -> None:
@@ -139,3 +139,21 @@ def test_draft_names_and_revisions() -> None:
 
     assert drafts.is_alias("smollm2-distilled")
     assert not drafts.is_alias("smollm2")
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=40),
+    st.integers(0, 5),
+)
+def test_conditional_counts_match_the_definition_for_any_drafts(
+    pairs: list[tuple[int, int]], k: int
+) -> None:
+    """Position i is drafted when the request had >= i drafts and accepted the first i-1."""
+    drafted, accepted = [0] * k, [0] * k
+    for d, a in pairs:
+        d = min(d, k)
+        a = min(a, d)
+        for i in range(1, k + 1):
+            drafted[i - 1] += d >= i and a >= i - 1
+            accepted[i - 1] += a >= i
+    assert conditional_from_drafts(pairs, k) == (drafted, accepted)
