@@ -12,8 +12,8 @@ Layers, lowest first; a module imports only from layers below it:
 - pure values and decisions: ``fleet`` (fleet spec -> Node objects),
   ``components`` (argv per component), ``podenv`` (pod env and paths),
   ``stages`` (KWOK stage config);
-- effects, one concern each: ``kubeapi`` (the only module that talks HTTP to
-  the API server), ``pki`` (openssl), ``processes`` (spawn, probe, stop by
+- effects, one concern each: ``kubeapi`` (the harness's API verbs over the shared
+  ``specdeploy.runtime.kubeapi`` client), ``pki`` (openssl), ``processes`` (spawn, probe, stop by
   recorded PID), ``binaries`` (find or build the cached binaries),
   ``volumes`` (materialise a pod's volumes);
 - orchestration: ``cluster`` (up / down of a work directory), ``standin``
