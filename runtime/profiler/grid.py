@@ -68,8 +68,13 @@ class Grid:
 
     # --- measuring ---------------------------------------------------------
 
-    def measure(self, batch_size: int, k: int) -> CellStats:
-        """The cell's stats, measured to stability the first time it is asked for."""
+    def measure(self, batch_size: int, k: int, *, at_most: int | None = None) -> CellStats:
+        """The cell's stats, measured to stability the first time it is asked for.
+
+        ``at_most`` caps the repeats of that first measurement: a search that
+        explores many cells and then repeats only the contenders of each
+        close call (``search.settle``) need not make every cell precise.
+        """
         known = self.cells.get((batch_size, k))
         if known is not None:
             return known
@@ -78,7 +83,11 @@ class Grid:
         if self.observer is not None:
             self.observer.cell_started(batch_size, k)
         stats = CellStats(batch_size, k)
-        while not (stats.stable(self.sampling) or self._clearly_loses(stats)):
+        while not (
+            stats.stable(self.sampling)
+            or self._clearly_loses(stats)
+            or (at_most is not None and stats.repeats >= at_most)
+        ):
             stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats)))
         self.cells[(batch_size, k)] = stats
         self.planned = max(self.planned, len(self.cells))

@@ -21,14 +21,26 @@ The smart search measures what can change that answer:
   neighbours' best K (their mean, rounded), moving up or down while goodput
   improves, so a probe measures K=0 and a handful of K, not all of them.
 
-Both rely on ``Grid.measure``, which stops repeating a cell once its
-confidence interval is narrow (``sampling.py``). K=0 is measured at every
-batch size the table covers: the profile requires it (the never-slower
-baseline).
+* **Explore once, settle the contenders.** While searching, each cell is
+  measured with a single repeat (``explore``): most cells only show that
+  they are not the best. Afterwards ``settle`` repeats the two leading K
+  at each batch size until picking the leader can lose at most
+  ``REGRET_TOLERANCE`` (a bounded regret, the budget split evenly between
+  the two rather than spent on one), ``rebisect`` probes again wherever
+  settling changed a best K so that neighbours now disagree, and
+  ``verify`` measures any K the derived schedule picks only through
+  interpolation, middle of the chord first. Repeated until nothing new is
+  measured. On MoE models, whose best K changes at almost every batch
+  size, this is where the saving is: nearly every size gets probed, so the
+  cost is in repeats, not in cells.
+
+K=0 is measured at every batch size the table covers: the profile requires
+it (the never-slower baseline).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from enum import StrEnum
@@ -68,8 +80,26 @@ def smart(grid: Grid, sizes: list[int]) -> None:
     _bisect(grid, sizes, best, 0, last, force=True)
     for _ in range(len(sizes) * (grid.max_k + 1)):
         settle(grid)
-        if not verify(grid, sizes):
+        before = len(grid.cells)
+        rebisect(grid, sizes)
+        verify(grid, sizes)
+        if len(grid.cells) == before:
             return
+
+
+def rebisect(grid: Grid, sizes: list[int]) -> None:
+    """Bisect again wherever neighbouring probed sizes now disagree on the best K.
+
+    The first bisection decides on single repeats; ``settle`` may then swap
+    the best K of a close call at an end, and an interval skipped because its
+    ends agreed may hide a change of best K after all (its middle can even
+    prefer a K neither end does). Cells already measured are free.
+    """
+    probed = [i for i, bs in enumerate(sizes) if (bs, 0) in grid.cells]
+    best = {i: grid.best_k(sizes[i]) for i in probed}
+    for i, j in itertools.pairwise(probed):
+        if best[i] != best[j]:
+            _bisect(grid, sizes, best, i, j, force=False)
 
 
 def _bisect(
@@ -88,13 +118,24 @@ def _bisect(
     _bisect(grid, sizes, best, m, j, force=False)
 
 
+def explore(grid: Grid, bs: int, k: int) -> None:
+    """Measure a cell once (one repeat) unless it is measured already.
+
+    The search only needs to know which K lead at each batch size; a cell
+    that turns out not to be one of the two contenders decides nothing, so
+    repeating it to a 1% interval is wasted. ``settle`` repeats the
+    contenders, and only as far as their close call needs.
+    """
+    grid.measure(bs, k, at_most=1)
+
+
 def sweep_up(grid: Grid, bs: int) -> int:
     """Raise K from 0 until goodput has fallen below the best twice; the best K."""
-    grid.measure(bs, 0)
+    explore(grid, bs, 0)
     best_k, best_g = 0, grid.goodput(bs, 0)
     falls = 0
     for k in range(1, grid.max_k + 1):
-        grid.measure(bs, k)
+        explore(grid, bs, k)
         g = grid.goodput(bs, k)
         if g > best_g:
             best_k, best_g, falls = k, g, 0
@@ -109,10 +150,10 @@ def sweep_up(grid: Grid, bs: int) -> int:
 def probe(grid: Grid, bs: int, hint: int) -> int:
     """Best K near ``hint``: measure K=0 and ``hint``, then move while goodput improves."""
     hint = min(max(hint, 0), grid.max_k)
-    grid.measure(bs, 0)
+    explore(grid, bs, 0)
     if hint == 0:
         return sweep_up(grid, bs)
-    grid.measure(bs, hint)
+    explore(grid, bs, hint)
     best_k = hint if grid.goodput(bs, hint) > grid.goodput(bs, 0) else 0
     if best_k == 0:
         best_k = _walk(grid, bs, range(hint - 1, 0, -1), best_k)
@@ -128,7 +169,7 @@ def _walk(grid: Grid, bs: int, ks: Iterable[int], best_k: int) -> int:
     """Measure ``ks`` in order while each beats the best so far; the best K."""
     best_g = grid.goodput(bs, best_k)
     for k in ks:
-        grid.measure(bs, k)
+        explore(grid, bs, k)
         g = grid.goodput(bs, k)
         if g <= best_g:
             break
@@ -180,8 +221,12 @@ def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
         return None
     wider = max(open_cells, key=lambda c: se[c.k])
     other = se[runner.k if wider is lead else lead.k]
-    allowed = ((REGRET_TOLERANCE + gap) / z) ** 2 - other**2
-    se_target = math.sqrt(allowed) if allowed > 0 else (REGRET_TOLERANCE + gap) / (z * math.sqrt(2))
+    budget = (REGRET_TOLERANCE + gap) / z
+    # Its share of the budget: what the other leaves, but never below an even
+    # split. Asking one cell for all of it when the other is nearly at the
+    # budget alone costs many times the samples of tightening both evenly
+    # (cost ~ 1/se^2); the other is repeated on the next turn if needed.
+    se_target = max(math.sqrt(max(budget**2 - other**2, 0.0)), budget / math.sqrt(2))
     return wider.k, max(z * se_target, 1e-4)
 
 
@@ -202,11 +247,25 @@ def verify(grid: Grid, sizes: list[int]) -> bool:
         missing = _unmeasured_choices(grid, sizes)
         if not missing:
             break
-        for bs, k in missing:
+        for bs, k in _middles(missing):
             grid.note(f"bs {bs}: schedule picked unmeasured K={k}, measuring it")
-            grid.measure(bs, k)
+            explore(grid, bs, k)
             measured = True
     return measured
+
+
+def _middles(missing: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Per K, the middle one of the batch sizes where it is missing.
+
+    A K picked at several batch sizes is usually picked through one long
+    chord between two distant measurements; measuring it in the middle
+    splits that chord and often shows it never was the best, so the others
+    are re-derived before being measured (a bisection, not a sweep).
+    """
+    by_k: dict[int, list[int]] = {}
+    for bs, k in missing:
+        by_k.setdefault(k, []).append(bs)
+    return [(sorted(sizes)[len(sizes) // 2], k) for k, sizes in sorted(by_k.items())]
 
 
 def _unmeasured_choices(grid: Grid, sizes: list[int]) -> list[tuple[int, int]]:

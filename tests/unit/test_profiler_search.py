@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -14,7 +15,16 @@ from specdeploy.runtime.profiler.document import build_profile
 from specdeploy.runtime.profiler.exit_codes import ExitCode, model_not_found, out_of_memory
 from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.sampling import Sampling
-from specdeploy.runtime.profiler.search import SearchMode, run_search, settle, sweep_up
+from specdeploy.runtime.profiler.search import (
+    REGRET_TOLERANCE,
+    SearchMode,
+    _middles,
+    _settle_target,
+    rebisect,
+    run_search,
+    settle,
+    sweep_up,
+)
 from specdeploy.runtime.profiler.sim_backend import SimBackend
 from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
 from specdeploy.runtime.sim.presets import get_preset
@@ -216,3 +226,45 @@ def test_smart_search_costs_less_and_loses_under_one_percent_goodput(preset: str
     best_sm = best_k_per_batch_size(goodput_grid(sm.spec, 256), k_values(sm.spec))
     loss = [1 - truth[bs, best_sm[bs]] / truth[bs, best_ex[bs]] for bs in SIZES]
     assert max(loss) <= 0.01, dict(zip(SIZES, np.round(loss, 4), strict=True))
+
+
+def test_smart_search_repeats_only_the_contenders_of_each_batch_size() -> None:
+    # 10% step spread: a 1% interval needs hundreds of steps. Exploring
+    # measures each cell once; only the two leading K at a batch size are
+    # repeated (by settle), the rest keep their single repeat.
+    backend = NoisyBackend(_dense_itl, spread=0.10)
+    grid = Grid(backend, Sampling(steps=16), max_k=len(RATES), smallest_batch_size=1)
+    run_search(grid, SearchMode.SMART, SIZES)
+    for bs in {bs for bs, _ in grid.cells}:
+        ranked = sorted(grid.measured_ks(bs), key=lambda k: -grid.goodput(bs, k))
+        assert all(grid.cells[(bs, k)].repeats == 1 for k in ranked[2:]), bs
+
+
+def test_verify_measures_the_middle_of_a_chord_first() -> None:
+    missing = [(4, 1), (16, 1), (64, 1), (8, 2), (128, 1)]
+    assert _middles(missing) == [(64, 1), (8, 2)]
+
+
+def test_rebisect_probes_between_probed_sizes_that_now_disagree() -> None:
+    backend = TableBackend(_dense_itl)
+    grid = _grid(backend)
+    assert sweep_up(grid, 1) != sweep_up(grid, 16)
+    rebisect(grid, SIZES[:5])
+    assert (4, 0) in grid.cells  # the middle of 1..16 was probed
+    assert {bs for bs, _ in grid.cells} <= {1, 2, 4, 8, 16}
+
+
+def test_settle_asks_a_contender_for_no_less_than_an_even_share_of_the_budget() -> None:
+    # Both contenders already near the regret budget: the wider one is asked
+    # for half of it (in variance), not for what little the other leaves.
+    al = acceptance_lengths(RATES, len(RATES))
+    goodput = {0: 100.0, 3: 180.0, 4: 180.3}
+    backend = NoisyBackend(lambda bs, k: float(al[k]) / goodput[k], spread=0.02)
+    sampling = Sampling(steps=16, min_repeats=2, rel_ci=0.05)
+    grid = Grid(backend, sampling, max_k=5, smallest_batch_size=1)
+    for k in (0, 3, 4):
+        grid.measure(1, k)
+    target = _settle_target(grid, 1)
+    assert target is not None
+    gap = 1.0 - grid.goodput(1, 3) / grid.goodput(1, 4)
+    assert target[1] >= (REGRET_TOLERANCE + gap) / math.sqrt(2) - 1e-12
