@@ -16,7 +16,7 @@ its median and spread.
     LD_PRELOAD=$VENV/lib/libiomp5.so $VENV/bin/python bench/addon_overhead.py \\
         --profile profiles/smollm2-135m-ngram-cpu.yaml --rounds 4 --batch-size 4
 
-Writes ``bench/results/addon_overhead.json`` and ``.md``.
+Writes ``bench/results/addon_overhead-bsN.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": [round(x, 2) for x in os.getloadavg()],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "addon_overhead.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "addon_overhead.md").write_text(markdown(result))
+    stem = f"addon_overhead-bs{args.batch_size}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(result))
     print(markdown(result))
     return 0
 
