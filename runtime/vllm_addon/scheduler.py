@@ -59,14 +59,19 @@ class PolicyLookup(list[int]):
 
 
 class _AddonMixin:
-    """What both schedulers add to vLLM's (see the module docstring)."""
+    """What both schedulers add to vLLM's (see the module docstring).
+
+    Listed first in the bases, so ``super()`` here is vLLM's ``Scheduler``
+    or ``AsyncScheduler``.
+    """
 
     specdeploy: Addon | None
     dynamic_sd_lookup: list[int] | None
     vllm_config: Any
     num_spec_tokens: int
 
-    def _specdeploy_start(self) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         ensure_logging()
         self.specdeploy = None
         self._sd_started: dict[int, float] = {}
@@ -87,13 +92,28 @@ class _AddonMixin:
         )
         self.__dict__["dynamic_sd_lookup"] = PolicyLookup(list(built), self.specdeploy.controller)
 
-    def _specdeploy_schedule_started(self, scheduler_output: Any, started: float) -> None:
-        if self.specdeploy is None:
-            return
-        pending = self._sd_started
-        if len(pending) >= _PENDING_LIMIT:
-            pending.clear()
-        pending[id(scheduler_output)] = started
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        output = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        if self.specdeploy is not None:
+            pending = self._sd_started
+            if len(pending) >= _PENDING_LIMIT:
+                pending.clear()
+            pending[id(output)] = started
+        return output
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        drafts = step_drafts(scheduler_output, model_runner_output)
+        outputs = super().update_from_output(  # type: ignore[misc]
+            scheduler_output, model_runner_output
+        )
+        self._specdeploy_step_done(scheduler_output, drafts)
+        return outputs
+
+    def shutdown(self) -> None:
+        if self.specdeploy is not None:
+            self.specdeploy.close()
+        super().shutdown()  # type: ignore[misc]
 
     def _specdeploy_step_done(
         self, scheduler_output: Any, drafts: tuple[tuple[int, int], ...]
@@ -116,57 +136,13 @@ class _AddonMixin:
         seconds = now - max(started, previous) if clean and started is not None else None
         addon.controller.step_done(batch_size, k, seconds, drafts)
 
-    def close_specdeploy(self) -> None:
-        if self.specdeploy is not None:
-            self.specdeploy.close()
-
 
 class SpecdeployScheduler(_AddonMixin, Scheduler):  # type: ignore[misc]  # vLLM is untyped here
     """vLLM's scheduler with K chosen per step by the specdeploy policy."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._specdeploy_start()
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        output = super().schedule(*args, **kwargs)
-        self._specdeploy_schedule_started(output, started)
-        return output
-
-    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        drafts = step_drafts(scheduler_output, model_runner_output)
-        outputs = super().update_from_output(scheduler_output, model_runner_output)
-        self._specdeploy_step_done(scheduler_output, drafts)
-        return outputs
-
-    def shutdown(self) -> None:
-        self.close_specdeploy()
-        super().shutdown()
-
 
 class SpecdeployAsyncScheduler(_AddonMixin, AsyncScheduler):  # type: ignore[misc]
     """vLLM's async scheduler with K chosen per step by the specdeploy policy."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._specdeploy_start()
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        output = super().schedule(*args, **kwargs)
-        self._specdeploy_schedule_started(output, started)
-        return output
-
-    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        drafts = step_drafts(scheduler_output, model_runner_output)
-        outputs = super().update_from_output(scheduler_output, model_runner_output)
-        self._specdeploy_step_done(scheduler_output, drafts)
-        return outputs
-
-    def shutdown(self) -> None:
-        self.close_specdeploy()
-        super().shutdown()
 
 
 def scheduler_factory(*args: Any, **kwargs: Any) -> Scheduler:
