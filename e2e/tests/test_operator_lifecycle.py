@@ -280,6 +280,13 @@ def test_changing_max_k_reprofiles_and_changing_the_image_only_rolls_out(
         what="re-profiling jobs",
         timeout=30,
     )
+    # The Jobs can exist a moment before the status of that reconcile is written:
+    # until then the status still reads Ready with the old profiles.
+    wait_for(
+        lambda: status(admin, namespace, "llama-8b-chat").get("observedGeneration") == 3,
+        what="generation 3 observed",
+        timeout=30,
+    )
     after_max_k = timed(
         "maxK change re-profiled and Ready",
         lambda: wait_phase(admin, namespace, "llama-8b-chat", "Ready", 180),
