@@ -35,9 +35,7 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -101,16 +99,7 @@ def ensure_draft(
     folder = draft_dir(root, recipe)
     if smollm2.is_complete(folder):
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        train(target, scratch, recipe)
-        if folder.exists():
-            shutil.rmtree(folder)
-        scratch.rename(folder)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return folder
+    return smollm2.build_once(folder, lambda scratch: train(target, scratch, recipe))
 
 
 def report(folder: Path) -> dict[str, Any]:

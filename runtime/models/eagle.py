@@ -49,7 +49,6 @@ import math
 import random
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -114,16 +113,9 @@ def ensure_head(*, target: Path, root: Path | None = None, recipe: Recipe = Reci
     folder = head_dir(root, recipe)
     if smollm2.is_complete(folder):
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    try:
-        train(target, scratch, recipe, data_dir=folder.parent)
-        if folder.exists():
-            shutil.rmtree(folder)
-        scratch.rename(folder)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return folder
+    return smollm2.build_once(
+        folder, lambda scratch: train(target, scratch, recipe, data_dir=folder.parent)
+    )
 
 
 def report(folder: Path) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,16 +99,25 @@ def ensure_checkpoint(root: Path | None = None) -> Path:
     if is_complete(target):
         return target
     source = gguf_path()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+    return build_once(target, lambda scratch: convert(source, scratch))
+
+
+def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
+    """Build into a scratch folder beside ``folder``, then rename it into place.
+
+    A crash or Ctrl-C leaves no half-built ``folder`` behind (readers test
+    ``is_complete``); an incomplete earlier attempt is replaced.
+    """
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     try:
-        convert(source, scratch)
-        if target.exists():  # an incomplete earlier attempt
-            shutil.rmtree(target)
-        scratch.rename(target)
+        build(scratch)
+        if folder.exists():
+            shutil.rmtree(folder)
+        scratch.rename(folder)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return target
+    return folder
 
 
 def convert(gguf: Path, out: Path) -> None:
