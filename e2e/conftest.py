@@ -1,4 +1,4 @@
-"""Fixtures for tests on the local control plane, built on ``specdeploy.localcluster``.
+"""Fixtures for tests on the local control plane, built on ``e2e.localcluster``.
 
 One cluster per pytest session (start-up costs seconds, not per test), in a
 work directory of its own under ``pytest-clusters/`` that records the owning
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from specdeploy.localcluster import binaries, cluster, processes
-from specdeploy.localcluster.kubeapi import ApiError, KubeApi, path_for
-from specdeploy.localcluster.waiting import wait_for
+from e2e.localcluster import binaries, cluster, processes
+from e2e.localcluster.kubeapi import ApiError, KubeApi, path_for
+from e2e.localcluster.waiting import wait_for
 
 # Two nodes of each type; tests that fill capacity use a type of their own.
 FLEET = "h100=2,a100=2,l40s=2"

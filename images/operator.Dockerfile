@@ -17,7 +17,9 @@ COPY pyproject.toml README.md ./
 COPY specdeploy/ specdeploy/
 COPY operator/ operator/
 COPY runtime/ runtime/
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[operator]"
+COPY constraints/dev.txt constraints/dev.txt
+# The operator's dependencies at the versions CI tests (constraints/dev.txt).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels -c constraints/dev.txt ".[operator]"
 
 # --- 2. the operator image: installs only from those wheels, offline ---
 FROM python:3.11-slim

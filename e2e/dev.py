@@ -1,0 +1,108 @@
+"""``specdeploy dev``: the local control plane for development and the demo.
+
+* ``build``: build the control plane's binaries from their Go modules, or
+  reuse the cached ones (says which); the first build takes many minutes.
+* ``up [--nodes SPEC] [--workdir DIR] [--crds DIR] [--no-operator]``: start etcd, kube-apiserver,
+  kube-controller-manager, kube-scheduler, KWOK and the kubelet stand-in on
+  127.0.0.1, register the fake GPU fleet, install the CRDs from crds/ and start
+  the operator once it exists. Idempotent: a healthy cluster is reused. The
+  last line printed is ``export KUBECONFIG=...`` so ``eval "$(... | tail -1)"``
+  works.
+* ``down [--workdir DIR]``: stop everything ``up`` started in DIR, also after
+  a crash of the process that started it.
+
+Exit codes: 0 success, 1 a component failed (the message names its log),
+2 bad usage (for instance an unknown GPU type in --nodes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from e2e.localcluster import binaries, cluster
+from e2e.localcluster.fleet import CATALOG, DEFAULT_SPEC, FleetSpecError
+from e2e.localcluster.processes import ComponentFailed
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def default_workdir() -> Path:
+    """$SPECDEPLOY_DEV_DIR, else the cache directory: state stays out of the checkout."""
+    explicit = os.environ.get("SPECDEPLOY_DEV_DIR")
+    return Path(explicit) if explicit else binaries.cache_root() / "dev"
+
+
+def register(subparsers: Any) -> None:
+    """Add ``dev`` and its sub-commands to the top-level parser."""
+    dev = subparsers.add_parser("dev", help="local control plane: build, up, down")
+    sub = dev.add_subparsers(dest="dev_command", metavar="SUBCOMMAND", required=True)
+
+    build = sub.add_parser("build", help="build or reuse the control-plane binaries")
+    build.set_defaults(handler=_build)
+
+    types = ", ".join(sorted(CATALOG))
+    up = sub.add_parser("up", help="start (or reuse) the local cluster")
+    up.add_argument(
+        "--nodes",
+        default=DEFAULT_SPEC,
+        metavar="SPEC",
+        help=f"fake GPU fleet, <type>=<nodes>[x<gpus>],... (types: {types}; default %(default)s)",
+    )
+    up.add_argument("--workdir", type=Path, default=None, help="cluster state, logs and PIDs")
+    up.add_argument("--crds", type=Path, default=None, help="CRD manifests (default: crds/)")
+    up.add_argument(
+        "--no-operator",
+        dest="operator",
+        action="store_false",
+        help="do not start the operator (to run it yourself, e.g. under a debugger)",
+    )
+    up.set_defaults(handler=_up)
+
+    down = sub.add_parser("down", help="stop the local cluster")
+    down.add_argument("--workdir", type=Path, default=None)
+    down.set_defaults(handler=_down)
+
+
+def _build(_args: argparse.Namespace) -> int:
+    binaries.build()
+    return 0
+
+
+def _up(args: argparse.Namespace) -> int:
+    workdir = args.workdir or default_workdir()
+    try:
+        running = cluster.up(
+            workdir,
+            fleet_spec=args.nodes,
+            crds=args.crds or binaries.repo_root() / "crds",
+            operator=args.operator,
+            log=_err,
+        )
+    except FleetSpecError as err:
+        _err(f"dev: {err}")
+        return EXIT_USAGE
+    except (ComponentFailed, binaries.BinariesMissing) as err:
+        _err(f"dev: {err}")
+        return EXIT_FAILED
+    bins = binaries.Binaries.for_checkout()
+    paths = sorted({str(bins.path(p).parent) for p in ("kubectl", "helm")})
+    print(f"export PATH={':'.join(paths)}:$PATH")
+    print(f"export KUBECONFIG={running.kubeconfig}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    workdir = args.workdir or default_workdir()
+    stopped = cluster.down(workdir, log=_err)
+    _err(f"dev: {len(stopped)} process(es) stopped in {workdir}")
+    return 0
+
+
+def _err(message: str) -> None:
+    """Progress goes to stderr so stdout is only the export lines."""
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,292 @@
+"""Bring a local cluster up in a work directory, and take it down again.
+
+``up`` is idempotent: a healthy cluster in the directory is reused as it is.
+Otherwise whatever a crashed run left is stopped by recorded PID, the state
+(etcd data, logs, pod dirs) is wiped and the components start in dependency
+order, each waited for with a timeout that names its log on failure. The PKI
+survives restarts of the same directory, so kubeconfigs handed out earlier
+keep their CA. ``down`` stops every recorded process and any straggler that
+carries the directory's marker.
+"""
+
+from __future__ import annotations
+
+import http.client
+import importlib.util
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.localcluster import components, fleet, kubeconfig, pki, processes, stages
+from e2e.localcluster.binaries import Binaries
+from e2e.localcluster.components import Component
+from e2e.localcluster.kubeapi import ApiError, KubeApi, path_for
+from e2e.localcluster.layout import Layout, Ports, State
+from e2e.localcluster.standin import READY_FILE
+from e2e.localcluster.waiting import wait_for
+
+Log = Callable[[str], None]
+READY_TIMEOUT = 90.0
+# The operator (issue 6) is `specdeploy operator run`: `up` starts it as a local
+# process once that command exists, with KUBECONFIG set and kopf's liveness
+# endpoint as its readiness check.
+OPERATOR_COMMAND = "specdeploy.cli.operator"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A running cluster: where its files are and how to reach it."""
+
+    layout: Layout
+    state: State
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.layout.kubeconfig()
+
+    def api(self) -> KubeApi:
+        return KubeApi.from_kubeconfig(self.kubeconfig)
+
+
+def _ssl_context(component: Component, layout: Layout) -> ssl.SSLContext:
+    if component.tls == "self-signed":
+        return ssl._create_unverified_context()
+    context = ssl.create_default_context(cafile=str(layout.pki.ca_cert))
+    context.load_cert_chain(str(layout.pki.cert("admin")), str(layout.pki.key("admin")))
+    return context
+
+
+def probe(component: Component, layout: Layout) -> bool:
+    """One readiness check: 200 from the component's health URL (or its ready file)."""
+    url = urllib.parse.urlsplit(component.ready_url)
+    if url.scheme == "file":
+        return Path(url.path).exists()
+    if url.scheme == "https":
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            url.hostname or "", url.port, timeout=2, context=_ssl_context(component, layout)
+        )
+    else:
+        conn = http.client.HTTPConnection(url.hostname or "", url.port, timeout=2)
+    try:
+        conn.request("GET", url.path)
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+def _start(component: Component, layout: Layout, marker: str) -> processes.Record:
+    return processes.spawn(
+        component.name,
+        component.argv,
+        run_dir=layout.run,
+        log_dir=layout.logs,
+        marker=marker,
+        env={**os.environ, **component.env},
+    )
+
+
+def _wait(component: Component, record: processes.Record, layout: Layout) -> None:
+    processes.wait_ready(
+        record,
+        lambda: probe(component, layout),
+        log=layout.log(component.name),
+        timeout=READY_TIMEOUT,
+    )
+
+
+def _start_all(group: list[Component], layout: Layout, marker: str, log: Log) -> None:
+    """Start a group of independent components together, then wait for each."""
+    records = [(c, _start(c, layout, marker)) for c in group]
+    for component, record in records:
+        _wait(component, record, layout)
+        log(f"dev: {component.name} ready (pid {record.pid})")
+
+
+def _write_kubeconfigs(layout: Layout, server: str) -> None:
+    ca = layout.pki.ca_cert
+    for user in pki.CLIENTS:
+        doc = kubeconfig.document(
+            server=server,
+            ca_file=ca,
+            user=user,
+            cert_file=layout.pki.cert(user),
+            key_file=layout.pki.key(user),
+        )
+        kubeconfig.write(layout.kubeconfig(user), doc)
+
+
+def healthy(layout: Layout) -> bool:
+    """Every recorded process alive and the API server ready."""
+    records = processes.read_records(layout.run)
+    if not layout.state.exists() or not records or not all(map(processes.alive, records)):
+        return False
+    ports = State.load(layout.state).ports
+    return probe(components.apiserver(Path("unused"), layout, ports), layout)
+
+
+def register_fleet(api: KubeApi, spec: str) -> list[str]:
+    """Create the fleet's Node objects that do not exist yet; return all their names."""
+    names = []
+    for node in fleet.fleet_manifests(fleet.parse_fleet(spec)):
+        names.append(node["metadata"]["name"])
+        try:
+            api.create(node)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+    return names
+
+
+def _all_ready(api: KubeApi, names: list[str]) -> bool:
+    ready = {
+        node["metadata"]["name"]
+        for node in api.items(path_for("Node"))
+        for c in node.get("status", {}).get("conditions", [])
+        if c["type"] == "Ready" and c["status"] == "True"
+    }
+    return ready.issuperset(names)
+
+
+def wait_nodes_ready(api: KubeApi, names: list[str], *, timeout: float = 60.0) -> None:
+    """KWOK's node-initialize stage sets Ready; wait until it has, for every node."""
+    wait_for(lambda: _all_ready(api, names), what=f"nodes {names} Ready", timeout=timeout)
+
+
+def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> None:
+    """Apply the project's CRDs (if crds/ has any) and wait until they are Established."""
+    manifests = sorted(crds.glob("*.yaml")) if crds.is_dir() else []
+    if not manifests:
+        log(f"dev: no CRDs in {crds}; none installed")
+        return
+    base = [str(kubectl), f"--kubeconfig={kubeconfig_path}"]
+    for action in (["apply"], ["wait", "--for=condition=Established", "--timeout=60s"]):
+        done = subprocess.run([*base, *action, "-f", str(crds)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise processes.ComponentFailed(f"kubectl {action[0]} {crds}: {done.stderr.strip()}")
+    log(f"dev: installed {len(manifests)} CRD manifest(s) from {crds}")
+
+
+def operator_component(layout: Layout, ports: Ports) -> Component | None:
+    """The operator as a local process, once it exists (issue 6); None until then."""
+    try:
+        found = importlib.util.find_spec(OPERATOR_COMMAND)
+    except ModuleNotFoundError:
+        found = None
+    if found is None:
+        return None
+    url = f"http://127.0.0.1:{ports.operator}/healthz"
+    argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
+    return Component("operator", argv, url, "none", {"KUBECONFIG": str(layout.kubeconfig())})
+
+
+def standin_component(layout: Layout) -> Component:
+    argv = [
+        sys.executable,
+        "-m",
+        "e2e.localcluster.standin",
+        f"--kubeconfig={layout.kubeconfig()}",
+        f"--workdir={layout.root}",
+    ]
+    return Component("kubelet-standin", argv, f"file://{layout.run / READY_FILE}", "none")
+
+
+def _reset(layout: Layout) -> None:
+    for directory in (
+        layout.etcd_data,
+        layout.logs,
+        layout.pods,
+        layout.run,
+        layout.root / "certs",
+    ):
+        shutil.rmtree(directory, ignore_errors=True)
+    layout.state.unlink(missing_ok=True)
+
+
+def up(
+    workdir: Path,
+    *,
+    fleet_spec: str = fleet.DEFAULT_SPEC,
+    crds: Path | None = None,
+    operator: bool = True,
+    log: Log = print,
+) -> Cluster:
+    """Start (or reuse) the cluster in ``workdir``; return it once every part is ready.
+
+    ``crds``: a directory of CRD manifests to install (None: none);
+    ``operator=False`` leaves the operator out.
+    """
+    layout = Layout(workdir.resolve())
+    fleet.parse_fleet(fleet_spec)  # a bad spec fails before anything starts
+    if healthy(layout):
+        cluster = Cluster(layout, State.load(layout.state))
+        wait_nodes_ready(cluster.api(), register_fleet(cluster.api(), fleet_spec))
+        log(f"dev: cluster in {layout.root} already running; reused")
+        return cluster
+    down(workdir, log=log)
+    _reset(layout)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    try:
+        return _boot(layout, fleet_spec, crds, operator=operator, log=log)
+    except BaseException:
+        down(workdir, log=log)
+        raise
+
+
+def _boot(
+    layout: Layout, fleet_spec: str, crds: Path | None, *, operator: bool, log: Log
+) -> Cluster:
+    bins = Binaries.for_checkout()
+    marker = str(layout.root)
+    pki.create(layout.pki.dir)
+    ports = Ports.pick()
+    server = f"https://127.0.0.1:{ports.apiserver}"
+    _write_kubeconfigs(layout, server)
+    stages.write_config(layout.kwok_config)
+    _start_all([components.etcd(bins.path("etcd"), layout, ports)], layout, marker, log)
+    apiserver = components.apiserver(bins.path("kube-apiserver"), layout, ports)
+    _start_all([apiserver], layout, marker, log)
+    selector = "=".join(fleet.KWOK_ANNOTATION)
+    group = [
+        components.controller_manager(bins.path("kube-controller-manager"), layout, ports),
+        components.scheduler(bins.path("kube-scheduler"), layout, ports),
+        components.kwok(bins.path("kwok"), layout, ports, node_selector=selector),
+        standin_component(layout),
+    ]
+    _start_all(group, layout, marker, log)
+    cluster = Cluster(layout, State(ports, fleet_spec, server))
+    api = cluster.api()
+    wait_nodes_ready(api, register_fleet(api, fleet_spec))
+    log(f"dev: fleet {fleet_spec} registered and Ready")
+    if crds is not None:
+        install_crds(bins.path("kubectl"), layout.kubeconfig(), crds, log)
+    cluster.state.save(layout.state)
+    if operator:
+        start_operator(cluster, log=log)
+    return cluster
+
+
+def start_operator(cluster: Cluster, *, log: Log = print) -> None:
+    """Start the operator against ``cluster`` if it exists yet; say so if not."""
+    component = operator_component(cluster.layout, cluster.state.ports)
+    if component is None:
+        log(f"dev: operator not started ({OPERATOR_COMMAND} does not exist yet)")
+        return
+    _start_all([component], cluster.layout, str(cluster.layout.root), log)
+
+
+def down(workdir: Path, *, log: Log = print) -> list[processes.Record]:
+    """Stop everything started for ``workdir``; safe to call on a dead or absent cluster."""
+    layout = Layout(workdir.resolve())
+    stopped = processes.stop_all(layout.run, marker=str(layout.root))
+    for record in stopped:
+        log(f"dev: stopped {record.name} (pid {record.pid})")
+    (layout.run / READY_FILE).unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,104 @@
+"""The work directory of one local cluster, and the ports it listens on.
+
+Everything a running cluster needs to be found and stopped again lives in one
+directory: PKI, kubeconfigs, etcd data, component logs, PID files and
+``cluster.json`` (ports and fleet). Two clusters never share a directory, so
+the pytest cluster and a developer's ``dev up`` can run side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from e2e.localcluster.pki import Pki
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Free loopback ports, chosen at start-up."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+    operator: int
+
+    @classmethod
+    def pick(cls) -> Ports:
+        """Ask the kernel for free ports. Racy by nature; a lost race shows in a component's log."""
+        socks = [socket.socket() for _ in range(7)]
+        try:
+            for sock in socks:
+                sock.bind(("127.0.0.1", 0))
+            return cls(*(sock.getsockname()[1] for sock in socks))
+        finally:
+            for sock in socks:
+                sock.close()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths inside a cluster's work directory."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Pki:
+        return Pki(self.root / "pki")
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd"
+
+    @property
+    def pods(self) -> Path:
+        """Where the kubelet stand-in materialises pods (volumes, tokens, logs)."""
+        return self.root / "pods"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "cluster.json"
+
+    @property
+    def kwok_config(self) -> Path:
+        return self.root / "kwok.yaml"
+
+    def kubeconfig(self, user: str = "admin") -> Path:
+        return self.root / ("kubeconfig" if user == "admin" else f"{user}.kubeconfig")
+
+    def log(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+    def certs(self, component: str) -> Path:
+        """A component's own --cert-dir (self-signed serving certs it generates)."""
+        return self.root / "certs" / component
+
+
+@dataclass(frozen=True)
+class State:
+    """What ``cluster.json`` records about a started cluster."""
+
+    ports: Ports
+    fleet: str
+    server: str
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        raw = json.loads(path.read_text())
+        return cls(Ports(**raw["ports"]), raw["fleet"], raw["server"])

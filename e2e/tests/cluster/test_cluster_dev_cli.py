@@ -1,0 +1,85 @@
+"""``specdeploy dev up`` / ``dev down`` on clusters of their own: idempotent, nothing left."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from e2e.localcluster import processes
+from e2e.localcluster.kubeapi import KubeApi, path_for
+from e2e.localcluster.waiting import wait_for
+
+
+def _dev(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specdeploy", "dev", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _pids(workdir: Path) -> dict[str, int]:
+    return {r.name: r.pid for r in processes.read_records(workdir / "run")}
+
+
+def test_up_is_idempotent_and_down_leaves_no_process(tmp_path: Path) -> None:
+    workdir = tmp_path / "dev"
+    crds = tmp_path / "no-crds"  # the project's CRDs have a test of their own
+    crds.mkdir()
+    up = [
+        "up",
+        "--nodes",
+        "a100=1",
+        "--workdir",
+        str(workdir),
+        "--crds",
+        str(crds),
+        "--no-operator",
+    ]
+    try:
+        first = _dev(*up)
+        assert first.returncode == 0, first.stderr
+        started = _pids(workdir)
+        second = _dev(*up)
+        assert second.returncode == 0, second.stderr
+        last_line = second.stdout.strip().splitlines()[-1]
+        api = KubeApi.from_kubeconfig(Path(last_line.removeprefix("export KUBECONFIG=")))
+        nodes = [n["metadata"]["name"] for n in api.items(path_for("Node"))]
+    finally:
+        down = _dev("down", "--workdir", str(workdir))
+
+    assert last_line.startswith("export KUBECONFIG=")
+    assert "already running" in second.stderr
+    assert _pids(workdir) == {} and set(started) >= {"etcd", "kube-apiserver", "kwok"}
+    assert nodes == ["gpu-a100-0"]
+    assert down.returncode == 0, down.stderr
+    assert processes.marked_processes(str(workdir.resolve())) == []
+    assert not any(processes.start_ticks(pid) for pid in started.values())
+
+
+def test_down_cleans_up_after_the_harness_was_killed(tmp_path: Path) -> None:
+    workdir, no_crds = tmp_path / "crashed", tmp_path / "no-crds"
+    no_crds.mkdir()
+    up = ["up", "--no-operator", "--workdir", str(workdir), "--crds", str(no_crds)]
+    harness = subprocess.Popen(
+        [sys.executable, "-m", "specdeploy", "dev", *up],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        # Kill it mid-start, once the API server has been spawned.
+        wait_for(lambda: "kube-apiserver" in _pids(workdir), what="API server spawned", timeout=120)
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+    orphans = processes.marked_processes(str(workdir.resolve()))
+
+    down = _dev("down", "--workdir", str(workdir))
+
+    assert orphans, "the killed harness left no processes: the test proves nothing"
+    assert down.returncode == 0, down.stderr
+    assert processes.marked_processes(str(workdir.resolve())) == []

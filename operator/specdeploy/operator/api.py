@@ -1,0 +1,378 @@
+"""The operator's API: SpeculativeDeployment (spec and status) as pydantic models.
+
+These models are the single source of truth for the resource: the CRD in
+``crds/`` is generated from them (``specdeploy operator crds``), and
+``tests/unit/test_crds_fresh.py`` fails when the two disagree. Admission
+checks what a schema can (types, ranges, enums, CEL rules for cross-field
+constraints); ``validation.py`` re-checks everything, because an object may
+predate the current CRD, and adds what CEL cannot express.
+
+SpeculationProfile is the runtime's own model (``specdeploy.runtime.profile``):
+the profiler writes it, the runtime reads it, and the operator only stores it,
+so its rules live there once; so do the API group and version and the
+``Policy`` names the pods read (``specdeploy.runtime.contract``).
+
+camelCase on the wire, snake_case in Python. Layer: no I/O, no imports from
+the rest of the operator.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ConfigDict, Field, JsonValue
+
+from specdeploy.runtime.contract import Policy
+from specdeploy.runtime.profile import API_VERSION, GROUP, VERSION, WireModel
+from specdeploy.runtime.profile import KIND as PROFILE_KIND
+from specdeploy.runtime.profile import PLURAL as PROFILE_PLURAL
+
+__all__ = ["API_VERSION", "GROUP", "PROFILE_KIND", "PROFILE_PLURAL", "VERSION", "Policy"]
+
+KIND = "SpeculativeDeployment"
+PLURAL = "speculativedeployments"
+
+# Methods whose drafts come from a separate set of weights named by draftModel.
+# mtp is not here: vLLM drafts with the target model's own MTP layers.
+METHODS_NEEDING_DRAFT = ("eagle", "eagle3", "draft_model")
+# Methods that draft from the context (n-grams, suffix trees): a draft model is a mistake.
+METHODS_WITHOUT_DRAFT = ("ngram", "suffix")
+# The label GPU Feature Discovery writes with the GPU product name.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_POOLS = 16
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+
+
+def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry; the message names the field.
+
+    A rule on an object whose CRD default is ``{}`` must guard defaulted
+    fields with ``has()``: the API server checks the default value itself
+    against the rule before any nested default is filled in.
+    """
+    entry = {"rule": rule, "message": message}
+    if field_path is not None:
+        entry["fieldPath"] = field_path
+    return entry
+
+
+def _rules(*rules: dict[str, str]) -> ConfigDict:
+    validations: list[JsonValue] = [dict(r) for r in rules]
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": validations})
+
+
+# --- spec ----------------------------------------------------------------
+
+
+class Method(StrEnum):
+    """vLLM's speculative method (``speculative_config.method``)."""
+
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    DRAFT_MODEL = "draft_model"
+    NGRAM = "ngram"
+    MTP = "mtp"
+    SUFFIX = "suffix"
+
+
+class ProfilingMode(StrEnum):
+    """auto: reuse a profile with the same fingerprint, else profile; always:
+    profile again for every spec generation; never: only reuse."""
+
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+class ProfilerBackend(StrEnum):
+    """vllm: a real engine on the pool's GPUs; sim: the simulator (modelled figures)."""
+
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+class SecretKeyRef(WireModel):
+    """A key of a Secret in the deployment's namespace."""
+
+    name: str = Field(min_length=1, max_length=253)
+    key: str = Field(default="token", min_length=1, max_length=253)
+
+
+class ModelSpec(WireModel):
+    """The target model vLLM serves."""
+
+    name: str = Field(min_length=1, description="Hugging Face id or a path in the image.")
+    revision: str = Field(default="main", min_length=1)
+    served_model_name: str | None = Field(
+        default=None, min_length=1, description="The name clients ask for; vLLM's default: name."
+    )
+    dtype: str = Field(default="bfloat16", pattern=r"^(auto|bfloat16|float16|float32)$")
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="Hugging Face token, passed to vLLM and the profiler as HF_TOKEN."
+    )
+
+
+class SpeculationSpec(WireModel):
+    """Speculative decoding: the method, the K buffer size and how K is chosen."""
+
+    model_config = _rules(
+        _cel(
+            "!has(self.fixedK) || self.fixedK <= self.maxK",
+            "spec.speculation.fixedK must be <= spec.speculation.maxK",
+            ".fixedK",
+        ),
+        _cel(
+            "self.policy != 'fixed' || has(self.fixedK)",
+            "spec.speculation.fixedK is required when spec.speculation.policy is fixed",
+            ".fixedK",
+        ),
+        _cel(
+            "!(self.method in ['eagle', 'eagle3', 'draft_model']) || has(self.draftModel)",
+            "spec.speculation.draftModel is required for methods eagle, eagle3 and draft_model",
+            ".draftModel",
+        ),
+        _cel(
+            "!(self.method in ['ngram', 'suffix']) || !has(self.draftModel)",
+            "spec.speculation.draftModel must not be set for methods ngram and suffix",
+            ".draftModel",
+        ),
+    )
+
+    method: Method
+    draft_model: str | None = Field(default=None, min_length=1)
+    draft_revision: str | None = Field(default=None, min_length=1)
+    max_k: int = Field(
+        ge=1, le=16, description="vLLM num_speculative_tokens: the K buffer size, fixed per pod."
+    )
+    policy: Policy = Policy.ADAPTIVE
+    fixed_k: int | None = Field(default=None, ge=0, le=16, description="Used by policy fixed.")
+
+
+class Replicas(WireModel):
+    """Replica bounds of one pool; the operator runs ``min`` until autoscaling sizes it."""
+
+    model_config = _rules(
+        _cel(
+            "!has(self.max) || !has(self.min) || self.min <= self.max",
+            "replicas.min must be <= replicas.max",
+            ".min",
+        ),
+    )
+
+    min: int = Field(default=1, ge=0, le=1000)
+    max: int | None = Field(default=None, ge=0, le=1000, description="Default: min.")
+
+
+class PoolDefaults(WireModel):
+    """Shape of the pools that discovery creates when spec.pools is omitted."""
+
+    gpus_per_replica: int = Field(default=1, ge=1, le=64)
+    replicas: Replicas = Replicas()
+
+
+class PoolSpec(PoolDefaults):
+    """vLLM replicas on one GPU type."""
+
+    gpu_type: str = Field(
+        min_length=1,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="Value of the node label nvidia.com/gpu.product.",
+    )
+
+
+class ProfilingSpec(WireModel):
+    """How the K table of each pool is obtained."""
+
+    model_config = _rules(
+        _cel(
+            "!has(self.backend) || self.backend != 'sim' || has(self.simPreset)",
+            "spec.profiling.simPreset is required when spec.profiling.backend is sim",
+            ".simPreset",
+        ),
+    )
+
+    mode: ProfilingMode = ProfilingMode.AUTO
+    backend: ProfilerBackend = ProfilerBackend.VLLM
+    sim_preset: str | None = Field(
+        default=None,
+        min_length=1,
+        description="backend sim: the preset modelled (specdeploy simulate --list-presets).",
+    )
+    batch_sizes: tuple[int, ...] = Field(
+        default=DEFAULT_BATCH_SIZES, min_length=1, max_length=64, description="Ascending."
+    )
+    dataset: str = Field(default="mt-bench", min_length=1)
+    image: str | None = Field(
+        default=None, min_length=1, description="Image with specdeploy; default: the operator's."
+    )
+    pod_annotations: dict[str, str] | None = Field(
+        default=None,
+        description="Added to profiling pods (e.g. sidecar.istio.io/inject: 'false').",
+    )
+    active_deadline_seconds: int = Field(default=7200, ge=60, le=7 * 24 * 3600)
+    backoff_limit: int = Field(
+        default=2, ge=0, le=10, description="Retries for transient failures only."
+    )
+
+
+class TelemetrySpec(WireModel):
+    """Where the runtime's metrics are read (used by the telemetry loop)."""
+
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://.+", alias="prometheusURL")
+    interval: str = Field(default="60s", pattern=r"^[1-9][0-9]*(s|m|h)$")
+
+
+class VllmSpec(WireModel):
+    """The serving container, and how it drains on shutdown."""
+
+    model_config = _rules(
+        _cel(
+            "!has(self.terminationGracePeriodSeconds) || !has(self.preStopSeconds)"
+            " || self.terminationGracePeriodSeconds >= self.preStopSeconds + 10",
+            "spec.vllm.terminationGracePeriodSeconds must be at least"
+            " spec.vllm.preStopSeconds + 10 (vLLM needs time to finish requests)",
+            ".terminationGracePeriodSeconds",
+        ),
+    )
+
+    image: str = Field(
+        default="ghcr.io/specdeploy/specdeploy-runtime:0.1.0",
+        min_length=1,
+        description="Serving image: vLLM plus the specdeploy add-on (images/runtime.Dockerfile); "
+        "a plain vLLM image cannot load --scheduler-cls.",
+    )
+    engine_version: str = Field(
+        default="0.32.0",
+        min_length=1,
+        description="vLLM version in the image; part of the profile fingerprint.",
+    )
+    extra_args: tuple[str, ...] = Field(default=(), max_length=64)
+    pod_annotations: dict[str, str] | None = Field(
+        default=None, description="Added to the serving pods."
+    )
+    pre_stop_seconds: int = Field(default=15, ge=0, le=600)
+    termination_grace_period_seconds: int = Field(default=60, ge=10, le=3600)
+
+
+class AutoscalingSpec(WireModel):
+    """Replica sizing from the capacity the tables predict (an issue of its own)."""
+
+    enabled: bool = False
+    target: str = Field(default="goodput", pattern=r"^goodput$")
+
+
+class Toleration(WireModel):
+    """A pod toleration, for GPU nodes that carry taints."""
+
+    key: str | None = None
+    operator: str | None = Field(default=None, pattern=r"^(Exists|Equal)$")
+    value: str | None = None
+    effect: str | None = Field(default=None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$")
+    toleration_seconds: int | None = None
+
+
+class SpeculativeDeploymentSpec(WireModel):
+    """One model served with speculative decoding on every GPU type it runs on."""
+
+    model: ModelSpec
+    speculation: SpeculationSpec
+    pools: tuple[PoolSpec, ...] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_POOLS,
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["gpuType"],
+        },
+        description="Omitted: one pool per GPU type found by discovery.",
+    )
+    pool_defaults: PoolDefaults = PoolDefaults()
+    node_selector: dict[str, str] | None = Field(
+        default=None, description="Restricts discovery and scheduling to matching nodes."
+    )
+    tolerations: tuple[Toleration, ...] | None = None
+    profiling: ProfilingSpec = ProfilingSpec()
+    telemetry: TelemetrySpec = TelemetrySpec()
+    vllm: VllmSpec = VllmSpec()
+    autoscaling: AutoscalingSpec = AutoscalingSpec()
+
+    def served_name(self) -> str:
+        return self.model.served_model_name or self.model.name
+
+
+# --- status --------------------------------------------------------------
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    PROFILING = "Profiling"
+    ROLLING_OUT = "RollingOut"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(WireModel):
+    """A Kubernetes-style condition; lastTransitionTime moves only when status does."""
+
+    type: str = Field(min_length=1)
+    status: ConditionStatus
+    reason: str = Field(min_length=1)
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class ProfileSource(StrEnum):
+    MEASURED = "measured"
+    LIVE = "live"
+    MODELLED = "modelled"
+    SHIPPED = "shipped"
+
+
+class PoolStatus(WireModel):
+    """What one pool is doing, and with which table."""
+
+    gpu_type: str
+    state: Phase
+    message: str = ""
+    profile: str | None = None
+    profile_source: ProfileSource | None = None
+    profiling_job: str | None = None
+    schedule: str | None = None
+    replicas: int = 0
+    ready_replicas: int = 0
+
+
+class SpeculativeDeploymentStatus(WireModel):
+    """Always says what is happening and why."""
+
+    phase: Phase = Phase.PENDING
+    observed_generation: int | None = None
+    conditions: tuple[Condition, ...] = Field(
+        default=(),
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    pools: tuple[PoolStatus, ...] = ()
+    replicas: int = 0
+    ready_replicas: int = 0
+
+
+class SpeculativeDeployment(WireModel):
+    """The whole resource, as the API server stores it."""
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: SpeculativeDeploymentSpec
+    status: SpeculativeDeploymentStatus | None = None

@@ -1,0 +1,187 @@
+"""The vLLM Deployment of one pool.
+
+The container runs ``vllm serve`` with:
+
+* ``--speculative-config``: the method, the draft model, maxK as
+  ``num_speculative_tokens`` and the pool's table as
+  ``num_speculative_tokens_per_batch_size`` (vLLM builds its per-step lookup
+  only when a table is configured, and the add-on replaces that lookup);
+* ``--scheduler-cls``: the add-on's scheduler factory (``SCHEDULER_CLS``);
+* the table ConfigMap mounted at ``TABLE_DIR`` (re-read by the add-on on change);
+* GPUs as ``nvidia.com/gpu`` and tensor parallelism, pinned to the GPU type;
+* probes on ``/health``; the add-on's metrics on their own port;
+* graceful drain, as KServe does it: a ``preStop`` pause while endpoints are
+  removed, then vLLM's ``--shutdown-timeout`` to finish in-flight requests,
+  all inside ``terminationGracePeriodSeconds``.
+
+Rolling updates surge one replica and keep every ready one until its
+replacement is ready (``maxUnavailable: 0``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specdeploy.operator.api import (
+    GPU_PRODUCT_LABEL,
+    GPU_RESOURCE,
+    SpeculativeDeploymentSpec,
+)
+from specdeploy.operator.builders.common import (
+    PROFILE_LABEL,
+    SERVING,
+    Manifest,
+    Parent,
+    metadata,
+    parent_labels,
+)
+from specdeploy.operator.builders.pod import hf_token_env, scheduling
+from specdeploy.runtime.contract import SCHEDULER_CLS, TABLE_FILE, PodEnv
+
+CONTAINER = "vllm"
+HTTP_PORT = 8000
+METRICS_PORT = 9400
+TABLE_DIR = "/etc/specdeploy/table"
+SHUTDOWN_MARGIN_SECONDS = 5
+"""Left between vLLM's own shutdown timeout and the kubelet's SIGKILL."""
+
+
+@dataclass(frozen=True)
+class ServingPool:
+    """A pool ready to serve: its names, shape and K schedule (None: no speculation)."""
+
+    name: str
+    configmap: str
+    gpu_type: str
+    gpus_per_replica: int
+    replicas: int
+    profile: str | None
+    schedule: tuple[tuple[int, int, int], ...] | None
+
+
+def speculative_config(spec: SpeculativeDeploymentSpec, schedule: Sequence[Sequence[int]]) -> str:
+    """vLLM's ``--speculative-config`` JSON (keys sorted: the same spec, the same bytes)."""
+    s = spec.speculation
+    config: dict[str, object] = {
+        "method": s.method.value,
+        "num_speculative_tokens": s.max_k,
+        "num_speculative_tokens_per_batch_size": [list(r) for r in schedule],
+    }
+    if s.draft_model is not None:
+        config["model"] = s.draft_model
+    if s.draft_revision is not None:
+        config["revision"] = s.draft_revision
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def shutdown_timeout(spec: SpeculativeDeploymentSpec) -> int:
+    v = spec.vllm
+    left = v.termination_grace_period_seconds - v.pre_stop_seconds - SHUTDOWN_MARGIN_SECONDS
+    return max(1, left)
+
+
+def vllm_args(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> list[str]:
+    args = [
+        spec.model.name,
+        f"--revision={spec.model.revision}",
+        f"--served-model-name={spec.served_name()}",
+        f"--dtype={spec.model.dtype}",
+        f"--port={HTTP_PORT}",
+        f"--tensor-parallel-size={pool.gpus_per_replica}",
+        f"--shutdown-timeout={shutdown_timeout(spec)}",
+    ]
+    if pool.schedule is not None:
+        args.append(f"--speculative-config={speculative_config(spec, pool.schedule)}")
+        args.append(f"--scheduler-cls={SCHEDULER_CLS}")
+    return [*args, *spec.vllm.extra_args]
+
+
+def _env(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> list[dict[str, object]]:
+    env: list[dict[str, object]] = [
+        {"name": PodEnv.TABLE_FILE.value, "value": f"{TABLE_DIR}/{TABLE_FILE}"},
+        {"name": PodEnv.POLICY.value, "value": spec.speculation.policy.value},
+        {"name": PodEnv.METRICS_PORT.value, "value": str(METRICS_PORT)},
+        {"name": PodEnv.POOL.value, "value": pool.gpu_type},
+    ]
+    if pool.profile is not None:
+        env.append({"name": PodEnv.PROFILE.value, "value": pool.profile})
+    return [*env, *hf_token_env(spec)]
+
+
+def _probe(period: int, failures: int) -> dict[str, object]:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+    }
+
+
+def _container(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, object]:
+    gpus = str(pool.gpus_per_replica)
+    return {
+        "name": CONTAINER,
+        "image": spec.vllm.image,
+        "command": ["vllm", "serve"],
+        "args": vllm_args(spec, pool),
+        "env": _env(spec, pool),
+        "ports": [
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+        # Model loading takes minutes: the startup probe holds the other two off.
+        "startupProbe": _probe(10, 180),
+        "readinessProbe": _probe(5, 3),
+        "livenessProbe": _probe(10, 6),
+        "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(spec.vllm.pre_stop_seconds)]}}},
+        "volumeMounts": [
+            {"name": "table", "mountPath": TABLE_DIR, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+    }
+
+
+def _pod_spec(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, object]:
+    return {
+        "containers": [_container(spec, pool)],
+        "terminationGracePeriodSeconds": spec.vllm.termination_grace_period_seconds,
+        "volumes": [
+            {"name": "table", "configMap": {"name": pool.configmap}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+        **scheduling(spec, {GPU_PRODUCT_LABEL: pool.gpu_type}),
+    }
+
+
+def serving_deployment(
+    parent: Parent, spec: SpeculativeDeploymentSpec, pool: ServingPool
+) -> Manifest:
+    labels = parent_labels(parent, SERVING, pool.gpu_type)
+    pod_labels = dict(labels)
+    if pool.profile is not None:
+        pod_labels[PROFILE_LABEL] = pool.profile
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(parent, pool.name, labels),
+        "spec": {
+            "replicas": pool.replicas,
+            "selector": {"matchLabels": labels},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {
+                        **(spec.vllm.pod_annotations or {}),
+                        "prometheus.io/port": str(METRICS_PORT),
+                    },
+                },
+                "spec": _pod_spec(spec, pool),
+            },
+        },
+    }

@@ -1,0 +1,164 @@
+"""Thin kopf handlers: every watch event becomes "reconcile this deployment".
+
+Only kopf *event* handlers are used: kopf then writes nothing of its own to
+the objects (no finalizers, no progress annotations), so a reconcile with
+nothing to change really writes nothing. Level-triggering comes from two
+places: every event (of the deployment or of any child, profile or GPU node)
+reconciles the deployments it may concern, and each watch is re-listed every
+``resync_seconds`` (kopf lists before it watches), which replays every
+object as an event, so a missed event costs at most one resync period.
+
+Reconciles of one deployment never overlap (a lock per deployment) and
+coalesce: events that arrive while one waits are answered by that one.
+A conflict or an API error retries after a delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from specdeploy.operator import k8s
+from specdeploy.operator.api import GROUP, PLURAL, PROFILE_PLURAL, VERSION
+from specdeploy.operator.builders.common import MANAGED_BY
+from specdeploy.operator.decide import DEFAULT_CONFIG, Config
+from specdeploy.operator.discovery import node_signature
+from specdeploy.operator.reconcile import Clock, reconcile_once, utc_now
+
+Key = tuple[str, str]
+log = logging.getLogger("specdeploy.operator")
+MANAGED = {MANAGED_BY[0]: MANAGED_BY[1]}
+CHILD_RESOURCES = (
+    ("batch", "v1", "jobs"),
+    ("apps", "v1", "deployments"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "services"),
+)
+
+
+@dataclass
+class Reconciler:
+    """Runs reconciles off the event loop, one at a time per deployment."""
+
+    api: k8s.Api
+    config: Config = DEFAULT_CONFIG
+    clock: Clock = utc_now
+    retry_seconds: float = 5.0
+    namespaces: tuple[str, ...] = ()
+    """Watched namespaces; empty: all."""
+    _locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+    _queued: set[Key] = field(default_factory=set)
+    _retrying: set[Key] = field(default_factory=set)
+    _nodes: dict[str, Hashable] = field(default_factory=dict)
+    _sweep_pending: bool = False
+
+    async def reconcile(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        if key in self._queued:
+            return  # the queued reconcile will see this event's state too
+        self._queued.add(key)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            self._queued.discard(key)
+            await self._run(key)
+
+    async def _run(self, key: Key) -> None:
+        try:
+            await asyncio.to_thread(
+                reconcile_once, self.api, *key, config=self.config, clock=self.clock
+            )
+        except k8s.RetryLater as err:
+            log.info("%s/%s: stale view (%s); deciding again", *key, err)
+            self._retry_later(key, 0.5)
+        except (k8s.ApiError, OSError) as err:
+            log.warning("%s/%s: reconcile failed: %s", *key, err)
+            self._retry_later(key, self.retry_seconds)
+
+    def _retry_later(self, key: Key, delay: float) -> None:
+        if key in self._retrying:
+            return
+        self._retrying.add(key)
+
+        async def again() -> None:
+            await asyncio.sleep(delay)
+            self._retrying.discard(key)
+            await self.reconcile(*key)
+
+        asyncio.get_running_loop().create_task(again())
+
+    async def reconcile_namespace(self, namespace: str | None) -> None:
+        """Every deployment of a namespace (None: of every watched namespace)."""
+        scopes: tuple[str | None, ...] = (namespace,) if namespace else (self.namespaces or (None,))
+        for scope in scopes:
+            found = await asyncio.to_thread(k8s.list_deployments, self.api, scope)
+            for key in found:
+                await self.reconcile(*key)
+
+    def sweep_soon(self, delay: float = 1.0) -> None:
+        """Reconcile every deployment once, shortly: a burst of node events makes one sweep."""
+        if self._sweep_pending:
+            return
+        self._sweep_pending = True
+
+        async def sweep() -> None:
+            await asyncio.sleep(delay)
+            self._sweep_pending = False
+            await self.reconcile_namespace(None)
+
+        asyncio.get_running_loop().create_task(sweep())
+
+    def node_changed(self, name: str, body: dict[str, Any] | None) -> bool:
+        """Whether what discovery reads from this node changed since last seen."""
+        signature: Hashable = None if body is None else node_signature(body)
+        if self._nodes.get(name, "unseen") == signature:
+            return False
+        self._nodes[name] = signature
+        return True
+
+
+def _on(registry: kopf.OperatorRegistry, *selector: str, **filters: Any) -> Callable[[Any], Any]:
+    return kopf.on.event(*selector, registry=registry, **filters)
+
+
+def register(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, *, resync_seconds: float
+) -> None:
+    """Attach the handlers to ``registry`` (a fresh one in tests)."""
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.peering.standalone = True
+        settings.posting.enabled = False  # Events are ours, written on transitions only
+        settings.watching.server_timeout = int(resync_seconds)  # the API wants an integer
+        settings.watching.client_timeout = int(resync_seconds) + 30
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @_on(registry, GROUP, VERSION, PLURAL)
+    async def deployment_event(type: str | None, namespace: str, name: str, **_: Any) -> None:
+        if type != "DELETED":  # owner references delete the children
+            await reconciler.reconcile(namespace, name)
+
+    for group, version, plural in CHILD_RESOURCES:
+
+        @_on(
+            registry, *filter(None, (group, version, plural)), labels=MANAGED, id=f"child-{plural}"
+        )
+        async def child_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+            for owner in k8s.owners_of(body):
+                await reconciler.reconcile(namespace, owner)
+
+    @_on(registry, GROUP, VERSION, PROFILE_PLURAL)
+    async def profile_event(namespace: str, **_: Any) -> None:
+        await reconciler.reconcile_namespace(namespace)
+
+    @_on(registry, "v1", "nodes")
+    async def node_event(type: str | None, name: str, body: dict[str, Any], **_: Any) -> None:
+        if reconciler.node_changed(name, None if type == "DELETED" else dict(body)):
+            reconciler.sweep_soon()

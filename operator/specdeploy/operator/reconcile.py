@@ -1,0 +1,55 @@
+"""One reconcile of one SpeculativeDeployment: gather, decide, plan, send.
+
+The only sequence that mixes I/O and decisions, kept to a few lines so the
+shape is obvious: read the world (``k8s.gather``), decide purely
+(``reconcile.decide``), turn the decision into requests purely
+(``writes.plan``), send them (``k8s.send``). The clock is injected.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from specdeploy.operator import k8s
+from specdeploy.operator.decide import Config, decide
+from specdeploy.operator.plan import Request, plan
+
+Clock = Callable[[], str]
+log = logging.getLogger("specdeploy.operator")
+DEFAULT_CONFIG = Config()
+
+
+def utc_now() -> str:
+    """RFC 3339 at second precision, as Kubernetes writes times."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one reconcile did: the requests it sent (none when nothing changed)."""
+
+    requests: tuple[Request, ...]
+    phase: str | None
+
+
+def reconcile_once(
+    api: k8s.Api,
+    namespace: str,
+    name: str,
+    *,
+    config: Config = DEFAULT_CONFIG,
+    clock: Clock = utc_now,
+) -> Result:
+    body, observed = k8s.gather(api, namespace, name)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return Result((), None)  # garbage collection removes the children
+    now = clock()
+    decision = decide(body, observed, now=now, config=config)
+    requests = plan(body, decision, observed, now=now)
+    for req in requests:
+        log.info("%s/%s: %s", namespace, name, req.what)
+    k8s.send(api, requests)
+    return Result(tuple(requests), decision.status.get("phase"))

@@ -1,0 +1,35 @@
+"""The operator→profiling-pod contract: what a profiling Job's pod is told, and how it answers.
+
+The operator's Job builder sets these variables and reads the exit codes
+back (``podFailurePolicy`` fails the Job on a deterministic code, so
+Kubernetes does not retry it); ``specdeploy profile`` reads the variables
+and exits with those codes. Both sides import this module, which is pure
+(no client, no engine), so the operator's decisions never load the
+profiler's runner or an HTTP client through it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specdeploy.runtime.profiler.exit_codes import DETERMINISTIC
+
+__all__ = [
+    "DETERMINISTIC_EXIT_CODES",
+    "ENV_NAME",
+    "ENV_NAMESPACE",
+    "ENV_SA_DIR",
+    "SERVICEACCOUNT_DIR",
+]
+
+ENV_NAME = "SPECDEPLOY_PROFILE_NAME"
+"""The SpeculationProfile to write (the operator names it after the fingerprint)."""
+ENV_NAMESPACE = "SPECDEPLOY_PROFILE_NAMESPACE"
+"""Where to write it: the Job's own namespace (a downward-API field)."""
+ENV_SA_DIR = "SPECDEPLOY_SERVICEACCOUNT_DIR"
+"""Where the pod's ServiceAccount token and CA are: the standard path, named
+explicitly so that a kubelet stand-in running the pod locally (e2e/) can
+rewrite it to its local copy, as it rewrites every mount path in env values."""
+SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DETERMINISTIC_EXIT_CODES: tuple[int, ...] = tuple(sorted(int(c) for c in DETERMINISTIC))
+"""Exit codes a retry cannot cure (invalid arguments, model missing, OOM, ...)."""

