@@ -1,4 +1,9 @@
-"""Pure dict helpers: subset comparison, merge patches, content hashes."""
+"""Pure helpers on manifests: subset comparison, merge patches, content hashes, apply hashes.
+
+An owned child carries the hash of the content the operator applied
+(``APPLIED_HASH``); it is re-applied only when that hash or a hand edit says
+so, which is what makes a reconcile with nothing to change write nothing.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,11 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from specdeploy.operator.builders.common import APPLIED_HASH, Manifest
+
+Ref = tuple[str, str]
+"""(kind, name) of a child."""
 
 
 def is_subset(wanted: Any, actual: Any) -> bool:
@@ -49,3 +59,37 @@ def content_hash(obj: Any) -> str:
     """A stable hash of a JSON-able value (keys sorted)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def ref_of(manifest: Mapping[str, Any]) -> Ref:
+    return str(manifest["kind"]), str(manifest["metadata"]["name"])
+
+
+_IDENTITY = frozenset({"apiVersion", "kind", "metadata", "status"})
+
+
+def applied_hash(manifest: Mapping[str, Any]) -> str:
+    """The hash of a manifest's content, its own hash annotation left out."""
+    meta = dict(manifest["metadata"])
+    annotations = {k: v for k, v in meta.get("annotations", {}).items() if k != APPLIED_HASH}
+    meta["annotations"] = annotations
+    return content_hash({**manifest, "metadata": meta})
+
+
+def with_applied_hash(manifest: Manifest) -> Manifest:
+    """The manifest carrying the hash of its own content, to recognise it later."""
+    meta = dict(manifest["metadata"])
+    meta["annotations"] = {**meta.get("annotations", {}), APPLIED_HASH: applied_hash(manifest)}
+    return {**manifest, "metadata": meta}
+
+
+def needs_apply(manifest: Mapping[str, Any], existing: Mapping[str, Any] | None) -> bool:
+    """Whether an owned child must be (re)applied: absent, changed, or edited by hand."""
+    if existing is None:
+        return True
+    annotations = (existing.get("metadata") or {}).get("annotations") or {}
+    if annotations.get(APPLIED_HASH) != applied_hash(manifest):
+        return True
+    # Items of a List carry no apiVersion/kind: compare the content only.
+    content = {k: v for k, v in manifest.items() if k not in _IDENTITY}
+    return not is_subset(content, existing)

@@ -5,7 +5,7 @@ makes "a reconcile with nothing to change writes nothing" a property of a
 pure function (``plan`` returns an empty list), testable without a cluster.
 
 * Owned children are sent with server-side apply (field manager
-  ``specdeploy``) only when ``reconcile.needs_apply`` says so.
+  ``specdeploy``) only when ``manifests.needs_apply`` says so.
 * Shared children (profiling Jobs and their RBAC) are created once, owned by
   the deployment that created them; other deployments that need them add
   themselves as (non-controller) owners with a JSON patch guarded by the
@@ -24,8 +24,8 @@ from typing import Any
 from specdeploy.operator import resources
 from specdeploy.operator.api import KIND
 from specdeploy.operator.builders.common import Parent
-from specdeploy.operator.decide import Decision, Ref, needs_apply, ref_of
-from specdeploy.operator.manifests import merge_patch
+from specdeploy.operator.decide import Decision
+from specdeploy.operator.manifests import Ref, merge_patch, needs_apply, ref_of
 from specdeploy.operator.observed import Observed, owner_uids
 from specdeploy.operator.status import EventSpec
 

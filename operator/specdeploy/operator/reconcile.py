@@ -2,8 +2,8 @@
 
 The only sequence that mixes I/O and decisions, kept to a few lines so the
 shape is obvious: read the world (``k8s.gather``), decide purely
-(``reconcile.decide``), turn the decision into requests purely
-(``writes.plan``), send them (``k8s.send``). The clock is injected.
+(``decide.decide``), turn the decision into requests purely
+(``plan.plan``), send them (``k8s.send``). The clock is injected.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from specdeploy.operator import k8s
-from specdeploy.operator.decide import Config, decide
+from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
 from specdeploy.operator.plan import Request, plan
 
 Clock = Callable[[], str]
 log = logging.getLogger("specdeploy.operator")
-DEFAULT_CONFIG = Config()
 
 
 def utc_now() -> str:

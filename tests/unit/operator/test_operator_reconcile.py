@@ -12,8 +12,9 @@ import yaml
 
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import APPLIED_HASH
-from specdeploy.operator.decide import Decision, decide, ref_of
+from specdeploy.operator.decide import Decision, decide
 from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
+from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.naming import deployment_name, job_name, table_configmap_name
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.plan import plan, plan_children

@@ -1,0 +1,172 @@
+"""Profiling decisions: a pool whose policy needs a measured table (adaptive, table).
+
+The pool's fingerprint names its SpeculationProfile. A valid profile of
+that name is reused (``profiling.mode: auto``) and handed to serving; else
+one profiling Job per fingerprint is wanted, shared by every deployment with
+that fingerprint and named after it, so nothing is profiled twice at once.
+While the Job runs, fails or is missing its profile, the pool waits and the
+previous Deployment, if any, keeps serving untouched. A failed Job is kept
+(and so not re-created): a deterministic failure would fail again. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdeploy.operator.api import Phase, ProfilingMode
+from specdeploy.operator.builders.common import Manifest
+from specdeploy.operator.builders.job import ProfilingJob, profiling_job
+from specdeploy.operator.builders.rbac import (
+    profiler_role,
+    profiler_role_binding,
+    profiler_service_account,
+)
+from specdeploy.operator.context import Context, PoolPlan, keep_previous, pool_status
+from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
+from specdeploy.operator.naming import deployment_name, job_name
+from specdeploy.operator.observed import (
+    JobPhase,
+    JobState,
+    ProfileView,
+    job_state,
+    read_profile,
+    rollout_state,
+)
+from specdeploy.operator.pools import Pool
+from specdeploy.operator.serving import Table, serve
+from specdeploy.operator.status import PoolOutcome, Profiling
+from specdeploy.runtime.schedule import Range, derive_schedule, schedule_problems
+
+
+def usable_schedule(
+    ctx: Context, name: str, view: ProfileView
+) -> tuple[tuple[Range, ...] | None, str]:
+    """The profile's schedule if vLLM would accept it for this maxK, else why not."""
+    if view.document is None:
+        return None, f"SpeculationProfile {name} is invalid: " + "; ".join(view.problems)
+    document = view.document
+    schedule = document.spec.schedule
+    ranges = tuple(schedule) if schedule is not None else tuple(derive_schedule(document.spec))
+    max_k = ctx.spec.speculation.max_k
+    problems = list(schedule_problems(ranges, max_k=max_k))
+    if problems:
+        return (
+            None,
+            f"SpeculationProfile {name}: schedule unusable with maxK={max_k}: "
+            + "; ".join(problems),
+        )
+    return ranges, ""
+
+
+def _profiling_children(ctx: Context, job: ProfilingJob) -> tuple[Manifest, ...]:
+    ns = ctx.parent.namespace
+    return (
+        profiler_service_account(ns),
+        profiler_role(ns),
+        profiler_role_binding(ns),
+        profiling_job(ctx.spec, job),
+    )
+
+
+@dataclass(frozen=True)
+class _Wait:
+    """Why a pool has no usable table yet, and what it needs meanwhile."""
+
+    state: Phase
+    message: str
+    profiling: Profiling
+    profile_ref: str
+    job: str | None = None
+    shared: tuple[Manifest, ...] = ()
+
+
+def _waiting(ctx: Context, pool: Pool, wait: _Wait) -> PoolPlan:
+    """A pool without a usable table: the previous Deployment, if any, keeps serving."""
+    keep = keep_previous(ctx, pool)
+    state, message, replicas, ready = wait.state, wait.message, 0, 0
+    previous = ctx.observed.child("Deployment", deployment_name(ctx.parent.name, pool.gpu_type))
+    if previous is not None and ("Deployment", previous["metadata"]["name"]) in keep:
+        rollout = rollout_state(previous)
+        replicas, ready = rollout.replicas, rollout.ready
+        message += "; the previous table keeps serving meanwhile"
+        if state is Phase.FAILED:
+            state = Phase.DEGRADED
+    status = pool_status(
+        pool,
+        state,
+        message,
+        profile=wait.profile_ref,
+        profiling_job=wait.job,
+        replicas=replicas,
+        ready_replicas=ready,
+    )
+    return PoolPlan(PoolOutcome(status, wait.profiling), keep=keep, shared=wait.shared)
+
+
+def _job_outcome(ctx: Context, pool: Pool, job: ProfilingJob, state: JobState | None) -> PoolPlan:
+    """The pool while its profiling Job is wanted: running, failed, or oddly finished."""
+    name = job.job_name
+    if state is None or state.phase is JobPhase.RUNNING:
+        message = (
+            f"starting profiling Job {name}"
+            if state is None
+            else f"profiling Job {name}: {state.message}"
+        )
+        phase, profiling = Phase.PROFILING, Profiling.RUNNING
+    elif state.phase is JobPhase.FAILED:
+        message = f"profiling Job {name} failed: {state.message}"
+        phase, profiling = Phase.FAILED, Profiling.FAILED
+    else:
+        message = (
+            f"profiling Job {name} succeeded but SpeculationProfile "
+            f"{job.profile_name} is missing (delete the Job to profile again)"
+        )
+        phase, profiling = Phase.FAILED, Profiling.FAILED
+    shared = _profiling_children(ctx, job)
+    return _waiting(ctx, pool, _Wait(phase, message, profiling, job.profile_name, name, shared))
+
+
+def _job_for(ctx: Context, pool: Pool) -> ProfilingJob:
+    """The profiling Job this pool's fingerprint calls for."""
+    spec = ctx.spec
+    fingerprint = pool_fingerprint(
+        spec, gpu_type=pool.gpu_type, gpus_per_replica=pool.gpus_per_replica
+    )
+    name = profile_name(fingerprint)
+    always = spec.profiling.mode is ProfilingMode.ALWAYS
+    salt = f"{ctx.parent.uid}/{ctx.parent.generation}" if always else None
+    return ProfilingJob(
+        job_name=job_name(name, salt),
+        profile_name=name,
+        fingerprint=fingerprint,
+        namespace=ctx.parent.namespace,
+        image=spec.profiling.image or ctx.config.profiler_image,
+    )
+
+
+def profiled_pool(ctx: Context, pool: Pool) -> PoolPlan:
+    """A pool whose policy needs a profiled table (adaptive, table)."""
+    spec, observed = ctx.spec, ctx.observed
+    job = _job_for(ctx, pool)
+    name = job.profile_name
+    existing_job = observed.child("Job", job.job_name)
+    state = None
+    if existing_job is not None:
+        state = job_state(existing_job, observed.job_pods.get(job.job_name, ()))
+    stored = observed.profiles.get(name)
+    always = spec.profiling.mode is ProfilingMode.ALWAYS
+    # mode always: a profile counts only once this generation's Job has written it.
+    done = state is not None and state.phase is JobPhase.SUCCEEDED
+    if stored is not None and (done or not always):
+        view = read_profile(stored)
+        schedule, why = usable_schedule(ctx, name, view)
+        marker = (profiling_job(spec, job),) if always else ()
+        if schedule is None:
+            wait = _Wait(Phase.FAILED, why, Profiling.FAILED, name, shared=marker)
+            return _waiting(ctx, pool, wait)
+        served = Table(schedule, view.document, name, Profiling.READY, marker)
+        return serve(ctx, pool, served)
+    if spec.profiling.mode is ProfilingMode.NEVER:
+        message = f"no SpeculationProfile {name} and spec.profiling.mode is never"
+        return _waiting(ctx, pool, _Wait(Phase.PENDING, message, Profiling.MISSING, name))
+    return _job_outcome(ctx, pool, job, state)

@@ -1,0 +1,93 @@
+"""Serving decisions: a pool with a table in hand gets its ConfigMap and Deployment.
+
+The pool's state follows the Deployment's rollout (creating, rolling out,
+degraded, ready); a child whose name is taken by an object that is not ours
+fails the pool rather than taking the object over. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specdeploy.operator.api import Phase, ProfileSource
+from specdeploy.operator.builders.common import Manifest
+from specdeploy.operator.builders.configmap import table_configmap
+from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
+from specdeploy.operator.context import Context, PoolPlan, conflict, pool_status
+from specdeploy.operator.manifests import needs_apply, with_applied_hash
+from specdeploy.operator.naming import deployment_name, table_configmap_name
+from specdeploy.operator.observed import rollout_state
+from specdeploy.operator.pools import Pool
+from specdeploy.operator.status import PoolOutcome, Profiling
+from specdeploy.runtime.contract import PoolTable
+from specdeploy.runtime.profile import SpeculationProfile
+from specdeploy.runtime.schedule import Range, format_schedule
+
+
+@dataclass(frozen=True)
+class Table:
+    """The K schedule a pool serves with (None: no speculation) and where it came from."""
+
+    schedule: tuple[Range, ...] | None
+    profile: SpeculationProfile | None
+    profile_ref: str | None
+    profiling: Profiling
+    shared: tuple[Manifest, ...] = ()
+
+
+def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
+    """The pool's ConfigMap and Deployment, and its state from the Deployment's rollout."""
+    parent, spec = ctx.parent, ctx.spec
+    cm_name = table_configmap_name(parent.name, pool.gpu_type)
+    serving = ServingPool(
+        name=deployment_name(parent.name, pool.gpu_type),
+        configmap=cm_name,
+        gpu_type=pool.gpu_type,
+        gpus_per_replica=pool.gpus_per_replica,
+        replicas=pool.replicas,
+        profile=table_in.profile_ref,
+        schedule=table_in.schedule,
+    )
+    table = PoolTable(
+        policy=spec.speculation.policy,
+        max_k=spec.speculation.max_k,
+        fixed_k=spec.speculation.fixed_k,
+        schedule=table_in.schedule or (),
+        profile=table_in.profile_ref,
+    )
+    profile = table_in.profile
+    profile_spec = None if profile is None else profile.to_document()["spec"]
+    configmap = table_configmap(
+        parent, name=cm_name, gpu_type=pool.gpu_type, table=table, profile_spec=profile_spec
+    )
+    deployment = with_applied_hash(serving_deployment(parent, spec, serving))
+    owned = (with_applied_hash(configmap), deployment)
+    extra: dict[str, Any] = {
+        "profile": table_in.profile_ref,
+        "profile_source": None if profile is None else ProfileSource(profile.spec.source.value),
+        "schedule": None if table_in.schedule is None else format_schedule(table_in.schedule),
+    }
+    taken = conflict(ctx, owned)
+    if taken is not None:
+        status = pool_status(pool, Phase.FAILED, taken, **extra)
+        return PoolPlan(PoolOutcome(status, table_in.profiling), shared=table_in.shared)
+    state, message, replicas, ready = rollout(ctx, serving.name, deployment)
+    status = pool_status(pool, state, message, replicas=replicas, ready_replicas=ready, **extra)
+    outcome = PoolOutcome(status, table_in.profiling)
+    return PoolPlan(outcome, owned=owned, shared=table_in.shared)
+
+
+def rollout(ctx: Context, name: str, desired: Manifest) -> tuple[Phase, str, int, int]:
+    existing = ctx.observed.child("Deployment", name)
+    if existing is None:
+        return Phase.ROLLING_OUT, f"creating Deployment {name}", 0, 0
+    rollout = rollout_state(existing)
+    counts = f"{rollout.ready}/{rollout.replicas} replicas ready"
+    if needs_apply(desired, existing):
+        return Phase.ROLLING_OUT, f"rolling out Deployment {name}", rollout.replicas, rollout.ready
+    if rollout.stuck is not None:
+        return Phase.DEGRADED, f"{counts}; {rollout.stuck}", rollout.replicas, rollout.ready
+    if not rollout.settled:
+        return Phase.ROLLING_OUT, counts, rollout.replicas, rollout.ready
+    return Phase.READY, counts, rollout.replicas, rollout.ready
