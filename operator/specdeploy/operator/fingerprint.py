@@ -11,8 +11,7 @@ in for a measured one, nor for another preset's.
 from __future__ import annotations
 
 from specdeploy.operator.api import ProfilerBackend, SpeculativeDeploymentSpec
-from specdeploy.runtime.profile import Fingerprint
-from specdeploy.runtime.sim.presets import SIM_ENGINE
+from specdeploy.runtime.profile import SIM_ENGINE, Fingerprint
 
 
 def engine(spec: SpeculativeDeploymentSpec) -> str:

@@ -29,6 +29,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 """The API group and version of both custom resources (the operator's CRDs use these)."""
 KIND = "SpeculationProfile"
 PLURAL = "speculationprofiles"
+SIM_ENGINE = "vllm-sim"
+"""A modelled profile's ``engine``: the simulator standing in for vLLM (never a measurement)."""
 
 
 class ProfileError(ValueError):

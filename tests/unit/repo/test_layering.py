@@ -1,64 +1,111 @@
-"""Layering: the runtime runs inside vLLM pods and must never import the operator.
+"""The layering contracts of ``.importlinter``, and proof that each one can break.
 
-Checked on the source with ``ast`` (lazy imports inside functions included)
-rather than with import-linter, whose graph cannot see ``specdeploy.operator``:
-that folder is a namespace portion with no ``__init__.py`` (so it never
-shadows the stdlib ``operator``), and namespace portions are invisible to it.
+import-linter follows chains of imports (lazy ones inside functions too), so
+a pure operator module that reaches an HTTP client through three runtime
+modules breaks the contract as surely as a direct import. The checkout must
+keep every contract; a copy of it with one forbidden import added, directly
+or at the end of a chain, must break the contract that forbids it.
 """
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.paths import ROOT
 
-RUNTIME_MAY_NOT_IMPORT = ("specdeploy.operator", "specdeploy.cli", "specdeploy.cli")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+SOURCE_ROOTS = ("specdeploy", "operator", "runtime", "e2e")
 
 
-def imported_modules(source: str) -> Iterator[str]:
-    """Every absolute module name an import statement in ``source`` names."""
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
-
-
-def forbidden_imports(source: str) -> list[str]:
-    return sorted(
-        {
-            name
-            for name in imported_modules(source)
-            for banned in RUNTIME_MAY_NOT_IMPORT
-            if name == banned or name.startswith(banned + ".")
-        }
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(root / r) for r in ("", "operator", "runtime")),
+    }
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(root / ".importlinter")],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
 
 
-@pytest.mark.parametrize(
-    "path", sorted((ROOT / "runtime").rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT))
-)
-def test_runtime_module_does_not_import_the_operator_or_the_cli(path: Path) -> None:
-    assert forbidden_imports(path.read_text(encoding="utf-8")) == []
+def test_the_checkout_keeps_every_contract() -> None:
+    done = lint_imports(ROOT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout
+
+
+def _copy(tmp_path: Path) -> Path:
+    for name in SOURCE_ROOTS:
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(ROOT / ".importlinter", tmp_path / ".importlinter")
+    return tmp_path
 
 
 @pytest.mark.parametrize(
-    "source",
+    ("module", "line", "broken"),
     [
-        "import specdeploy.operator.api",
-        "from specdeploy.operator import api",
-        "from specdeploy import operator",
-        "def f():\n    from specdeploy.cli.table import register\n",
+        pytest.param(
+            "runtime/specdeploy/runtime/goodput.py",
+            "import specdeploy.operator.api",
+            "The runtime never imports the operator",
+            id="runtime-imports-the-operator",
+        ),
+        pytest.param(
+            "runtime/specdeploy/runtime/schedule.py",
+            "def later() -> None:\n    import specdeploy.runtime.profiler.run",
+            "The operator's decisions reach no I/O",
+            id="a-pure-operator-module-reaches-the-profiler-run-through-a-lazy-import-in-a-chain",
+        ),
+        pytest.param(
+            "operator/specdeploy/operator/builders/job.py",
+            "import http.client",
+            "The operator's decisions reach no I/O",
+            id="a-builder-imports-http",
+        ),
+        pytest.param(
+            "operator/specdeploy/operator/decide.py",
+            "from specdeploy.operator import reconcile",
+            "The operator's layers",
+            id="decide-imports-the-layer-above",
+        ),
+        pytest.param(
+            "runtime/specdeploy/runtime/vllm_addon/metrics.py",
+            "import matplotlib",
+            "The vLLM add-on (inside vLLM's engine core) loads no",
+            id="the-addon-imports-matplotlib",
+        ),
+        pytest.param(
+            "operator/specdeploy/operator/handlers.py",
+            "import e2e.localcluster",
+            "The shipped packages never import the harness",
+            id="the-operator-imports-the-harness",
+        ),
     ],
 )
-def test_the_check_catches_each_import_form(source: str) -> None:
-    assert forbidden_imports(source) != []
+def test_a_forbidden_import_breaks_its_contract(
+    tmp_path: Path, module: str, line: str, broken: str
+) -> None:
+    root = _copy(tmp_path)
+    with (root / module).open("a", encoding="utf-8") as source:
+        source.write(f"\n\n{line}\n")
+    done = lint_imports(root)
+    assert done.returncode != 0, done.stdout[-3000:]
+    assert verdict(done.stdout, broken) == "BROKEN", done.stdout[-3000:]
 
 
-def test_the_check_allows_the_stdlib_operator() -> None:
-    assert forbidden_imports("import operator\nfrom operator import itemgetter") == []
+def verdict(report: str, contract: str) -> str:
+    """KEPT or BROKEN, as the report's summary says for the contract whose name starts so."""
+    words = " ".join(report.split())
+    after = words[words.index(contract) :]
+    return min(("KEPT", "BROKEN"), key=lambda v: after.find(f" {v}") % (len(after) + 1))

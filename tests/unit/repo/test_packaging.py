@@ -106,7 +106,7 @@ def test_a_modules_file_path_ends_with_its_import_path(name: str) -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    """The wheel built from a copy of the checkout's files (setuptools writes build/ beside them)."""
+    """The wheel, built from a copy of the checkout (setuptools writes build/ into the source)."""
     source = tmp_path_factory.mktemp("source")
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],

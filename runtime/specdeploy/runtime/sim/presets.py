@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from specdeploy.runtime.policy.base import KPolicy
-from specdeploy.runtime.profile import Fingerprint
+from specdeploy.runtime.profile import SIM_ENGINE, Fingerprint
 from specdeploy.runtime.sim.acceptance import (
     DRAFT_MODEL_MT_BENCH,
     EAGLE3_MT_BENCH,
@@ -53,7 +53,6 @@ from specdeploy.runtime.sim.workload import (
     Workload,
 )
 
-SIM_ENGINE = "vllm-sim"
 SIM_ENGINE_VERSION = "0.32.0"
 """The vLLM version whose behaviour the engine model follows."""
 

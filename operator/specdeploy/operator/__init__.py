@@ -1,0 +1,24 @@
+"""The controller (kopf): a SpeculativeDeployment becomes profiling Jobs, tables and vLLM pools.
+
+Layers, highest first; a module imports only from layers below it
+(``.importlinter`` checks it, transitively):
+
+=============  ===========================================================
+``main``       start: the client, the reconciler, the kopf handlers, kopf's loop
+``handlers``   thin kopf event handlers -> "reconcile this deployment"
+``reconcile``  gather -> decide -> plan -> send: the only place I/O and decisions meet
+``k8s``        the only module doing API I/O (gather, send)
+``plan``       PURE Decision + observed -> the exact API requests (none when nothing changed)
+``decide``     PURE (spec, observed) -> Decision, per pool through ``profiling`` and ``serving``
+``profiling``  PURE a pool that needs a measured table: reuse a profile, or one shared Job
+``serving``    PURE a pool with a table: its ConfigMap and Deployment, its rollout state
+``context``    PURE what a pool's decision reads and returns
+helpers        PURE ``observed``, ``status``, ``validation``, ``builders/``, ``manifests``,
+               ``fingerprint``, ``pools``, ``discovery``, ``naming``
+``api``        the pydantic models: the source of the CRDs (``crdgen`` writes ``crds/``)
+=============  ===========================================================
+
+The pure modules never reach I/O, the profiler's runner or the simulator,
+through any chain of imports. The operator may import the runtime (the pod
+contract, the profile model, the schedule), never the reverse.
+"""
