@@ -1,11 +1,14 @@
 """``specdeploy dev``: the local control plane for development and the demo.
 
+The shipped CLI's ``dev`` verb (``specdeploy/cli/dev.py``) finds the checkout
+and hands the command to this module; it never ships in the wheel.
+
 * ``build``: build the control plane's binaries from their Go modules, or
   reuse the cached ones (says which); the first build takes many minutes.
 * ``up [--nodes SPEC] [--workdir DIR] [--crds DIR] [--no-operator]``: start etcd, kube-apiserver,
   kube-controller-manager, kube-scheduler, KWOK and the kubelet stand-in on
   127.0.0.1, register the fake GPU fleet, install the CRDs from crds/ and start
-  the operator once it exists. Idempotent: a healthy cluster is reused. The
+  the operator. Idempotent: a healthy cluster is reused. The
   last line printed is ``export KUBECONFIG=...`` so ``eval "$(... | tail -1)"``
   works.
 * ``down [--workdir DIR]``: stop everything ``up`` started in DIR, also after

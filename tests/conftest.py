@@ -63,3 +63,38 @@ def vllm_env(vllm_python: Path) -> dict[str, str]:
         pytest.fail(f"{vllm_python} cannot import vllm and specdeploy: {done.stderr[-300:]}")
     assert Path(done.stdout.strip()).is_relative_to(ROOT / "runtime"), done.stdout
     return env
+
+
+class VenvRunner:
+    """Runs a command in vLLM's venv (its python, or another of its console scripts)."""
+
+    def __init__(self, python: Path, env: dict[str, str]) -> None:
+        self.python = python
+        self.env = env
+
+    def __call__(
+        self, *args: str, script: str | None = None, expect: int = 0, timeout: float = 900
+    ) -> subprocess.CompletedProcess[str]:
+        program = self.python if script is None else self.python.with_name(script)
+        done = subprocess.run(
+            [str(program), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == expect, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
+        return done
+
+
+@pytest.fixture(scope="session")
+def in_venv(vllm_python: Path, vllm_env: dict[str, str]) -> VenvRunner:
+    """``in_venv("-c", code)``, ``in_venv("profile", ..., script="specdeploy")``."""
+    return VenvRunner(vllm_python, vllm_env)
+
+
+@pytest.fixture(scope="session")
+def smollm2(in_venv: VenvRunner) -> str:
+    """SmolLM2-135M-Instruct's converted checkpoint folder (converted once, then cached).
+
+    The folder carries ``specdeploy-model.json``, so the profiler names the
+    model by its hub id in the fingerprint.
+    """
+    done = in_venv("-m", "e2e.models.smollm2")
+    return done.stdout.strip().splitlines()[-1]

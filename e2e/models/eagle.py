@@ -90,6 +90,11 @@ class Recipe:
         return "-".join(str(p) for p in (*parts, self.seed))
 
 
+QUICK = Recipe(prompts=32, answer_tokens=128, eval_prompts=8, epochs=6)
+"""A small recipe for the tests: minutes rather than tens of minutes, a head that is
+accepted well above an untrained one's rate (tests/model/test_drafts_vllm.py)."""
+
+
 class EagleUnavailable(RuntimeError):
     """The head cannot be prepared here (target, dataset, vLLM or torch missing)."""
 

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from specdeploy.runtime.profiler.backends import METHODS, EngineOptions
+from specdeploy.runtime.profiler.backend import METHODS, EngineOptions
 from specdeploy.runtime.profiler.exit_codes import ExitCode
 from specdeploy.runtime.profiler.run import OutputOptions, ProfileOptions, execute
 from specdeploy.runtime.profiler.sampling import Sampling

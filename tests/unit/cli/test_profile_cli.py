@@ -9,7 +9,8 @@ import pytest
 
 from specdeploy.cli import main
 from specdeploy.runtime.profile import Source, load_profile
-from specdeploy.runtime.profiler import backends, run
+from specdeploy.runtime.profiler import backend as backends
+from specdeploy.runtime.profiler import run
 from specdeploy.runtime.profiler.backend import ProfilerBackend
 from specdeploy.runtime.profiler.exit_codes import ExitCode
 from specdeploy.runtime.schedule import (

@@ -5,25 +5,34 @@ exactly ``batch_size`` sequences decoding at draft length ``k`` (K=0: no
 drafts verified) for ``steps`` steps after its own warm-up, and returns the
 per-step times and the per-position draft counts. The search decides which
 cells to measure and how often to repeat them; the backend only measures.
+
+Two backends: ``sim`` (``sim_backend``: a simulator preset, modelled) and
+``vllm`` (``vllm_backend``: a real engine, measured). The vLLM backend is
+imported only when asked for (``create_vllm_backend``): importing vLLM takes
+seconds and gigabytes, and an image without it must still run the ``sim``
+backend. Its contract is one function, ``create_backend(options:
+EngineOptions) -> ProfilerBackend``, raising ``DeterministicFailure``
+(``exit_codes``) for a missing model, OOM at the smallest batch and the
+like. An image where that module (or vLLM) cannot be imported fails with
+BACKEND_UNAVAILABLE, deterministically: a retry on the same image fails the
+same way.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 from specdeploy.runtime.profile import Fingerprint, Source
-
-
-class DeterministicFailure(RuntimeError):
-    """A failure that will happen again on retry (model missing, OOM at the
-    smallest batch, invalid arguments): the Job must not be retried."""
-
-    def __init__(self, reason: str, *, exit_code: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.exit_code = exit_code
+from specdeploy.runtime.profiler.datasets import Conversation
+from specdeploy.runtime.profiler.exit_codes import (
+    backend_unavailable,
+    invalid_arguments,
+    model_not_found,
+)
 
 
 @dataclass(frozen=True)
@@ -63,3 +72,74 @@ class ProfilerBackend(Protocol):
     def close(self) -> None:
         """Release the engine (processes, memory)."""
         ...
+
+
+@runtime_checkable
+class RecordsRuns(Protocol):
+    """A backend that keeps a log of its own runs (the ``vllm`` backend: drafts per
+    sequence step, skipped steps, wall time), written into the ``--raw`` file."""
+
+    def raw(self) -> list[dict[str, Any]]: ...
+
+
+VLLM_MODULE = "specdeploy.runtime.profiler.vllm_backend"
+METHODS = ("eagle", "eagle3", "draft_model", "ngram", "mtp", "suffix")
+METHODS_WITH_DRAFT = frozenset({"eagle", "eagle3", "draft_model"})
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What the ``vllm`` backend needs to start an engine and fingerprint it."""
+
+    model: str
+    method: str
+    max_k: int
+    draft_model: str | None = None
+    model_revision: str = "main"
+    draft_revision: str | None = None
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    max_batch_size: int = 256
+    """The largest batch size the search may ask for (vLLM's ``max_num_seqs``)."""
+    max_model_len: int | None = None
+    gpu_type: str | None = None
+    """The fingerprint's GPU type (the pool's ``nvidia.com/gpu.product``); the
+    backend detects it when None."""
+    seed: int = 0
+    dataset: str = "mt-bench"
+    conversations: tuple[Conversation, ...] = field(default=(), repr=False)
+    engine_args: tuple[str, ...] = ()
+    """Extra vLLM engine arguments, ``key=value``."""
+    cache_dir: Path | None = None
+
+
+def check_engine_options(options: EngineOptions) -> None:
+    """Refuse, deterministically, what no engine start could fix."""
+    if options.method not in METHODS:
+        raise invalid_arguments(f"--method: {options.method!r} is not one of {', '.join(METHODS)}")
+    if options.method in METHODS_WITH_DRAFT and not options.draft_model:
+        raise invalid_arguments(f"--method {options.method} needs --draft-model")
+    if options.max_k < 1:
+        raise invalid_arguments(f"--max-k must be >= 1 for vLLM, got {options.max_k}")
+    for flag, name in (("--model", options.model), ("--draft-model", options.draft_model)):
+        if name and _looks_like_path(name) and not Path(name).expanduser().exists():
+            raise model_not_found(f"{flag}: {name} does not exist")
+
+
+def _looks_like_path(name: str) -> bool:
+    """A local path rather than a hub id ("org/name"): starts with /, ., or ~."""
+    return name.startswith(("/", "./", "../", "~"))
+
+
+def create_vllm_backend(options: EngineOptions) -> ProfilerBackend:
+    """The real engine, imported lazily (module docstring)."""
+    check_engine_options(options)
+    try:
+        module = importlib.import_module(VLLM_MODULE)
+    except ImportError as err:
+        raise backend_unavailable(f"the vllm backend cannot be loaded: {err}") from err
+    factory = getattr(module, "create_backend", None)
+    if factory is None:
+        raise backend_unavailable(f"{VLLM_MODULE} has no create_backend(options)")
+    backend: ProfilerBackend = factory(options)
+    return backend

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO, TypedDict
 
-from specdeploy.runtime.profiler.backend import DeterministicFailure
-from specdeploy.runtime.profiler.exit_codes import ExitCode
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, ExitCode
 
 MT_BENCH = "mt-bench"
 SHAREGPT = "sharegpt"

@@ -24,7 +24,15 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from specdeploy.runtime.profiler.backend import DeterministicFailure
+
+class DeterministicFailure(RuntimeError):
+    """A failure that will happen again on retry (model missing, OOM at the
+    smallest batch, invalid arguments): the Job must not be retried."""
+
+    def __init__(self, reason: str, *, exit_code: int) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.exit_code = exit_code
 
 
 class ExitCode(IntEnum):

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from specdeploy.runtime.goodput import acceptance_lengths
-from specdeploy.runtime.profiler.backend import CellSample, DeterministicFailure, ProfilerBackend
-from specdeploy.runtime.profiler.exit_codes import is_out_of_memory
+from specdeploy.runtime.profiler.backend import CellSample, ProfilerBackend
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.sampling import CellStats, Sampling
 
 Cell = tuple[int, int]

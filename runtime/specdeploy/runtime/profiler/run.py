@@ -19,12 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from pydantic.alias_generators import to_camel
+
 from specdeploy.runtime.profile import SpeculationProfile
-from specdeploy.runtime.profiler.backend import DeterministicFailure, ProfilerBackend
-from specdeploy.runtime.profiler.backends import EngineOptions, create_vllm_backend
+from specdeploy.runtime.profiler.backend import (
+    EngineOptions,
+    ProfilerBackend,
+    RecordsRuns,
+    create_vllm_backend,
+)
 from specdeploy.runtime.profiler.datasets import dataset_label, load_conversations
 from specdeploy.runtime.profiler.document import SEARCH_ANNOTATION, build_profile
-from specdeploy.runtime.profiler.exit_codes import ExitCode, invalid_arguments
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, ExitCode, invalid_arguments
 from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE
 from specdeploy.runtime.profiler.kube import KubeClient, KubeConfig, in_cluster
@@ -182,6 +188,8 @@ class Outcome:
     grid: Grid
     sizes: list[int]
     wall_seconds: float
+    engine_runs: list[dict[str, Any]] = field(default_factory=list)
+    """The backend's own log of its runs, where it keeps one (``backend.RecordsRuns``)."""
 
 
 def profile(
@@ -213,7 +221,8 @@ def profile(
         name=options.output.name,
         annotations=annotations,
     )
-    return Outcome(doc, grid, sizes, time.monotonic() - started)
+    runs = backend.raw() if isinstance(backend, RecordsRuns) else []
+    return Outcome(doc, grid, sizes, time.monotonic() - started, runs)
 
 
 def _recorded_dataset(options: ProfileOptions, backend: ProfilerBackend) -> str:
@@ -252,6 +261,7 @@ def raw_document(options: ProfileOptions, outcome: Outcome) -> dict[str, Any]:
             for _, s in sorted(grid.cells.items())
         ],
         "log": grid.log,
+        "engineRuns": [{to_camel(k): v for k, v in run.items()} for run in outcome.engine_runs],
     }
 
 

@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from specdeploy.runtime.profile import Fingerprint, Source
-from specdeploy.runtime.profiler.backend import CellSample, DeterministicFailure
-from specdeploy.runtime.profiler.backends import EngineOptions
+from specdeploy.runtime.profiler.backend import CellSample, EngineOptions
 from specdeploy.runtime.profiler.datasets import Conversation, load_conversations
 from specdeploy.runtime.profiler.exit_codes import (
+    DeterministicFailure,
     backend_unavailable,
     invalid_arguments,
     model_not_found,

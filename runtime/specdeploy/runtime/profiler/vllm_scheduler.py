@@ -13,10 +13,11 @@ which trims ``sampled_token_ids`` when a request stops: drafted = the draft
 tokens scheduled for the request minus those the grammar invalidated,
 accepted = sampled tokens - 1.
 
-This is the profiler's probe, not the serving add-on (a later issue): it
-lives in the engine-core process, which the profiler keeps in its own
-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so it reads the records
-directly. Importing this module imports vLLM.
+This is the profiler's probe, not the serving add-on
+(``specdeploy.runtime.vllm_addon``), though both read steps with the same
+helpers (``vllm_addon.steps``). It lives in the engine-core process, which
+the profiler keeps in its own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)
+so it reads the records directly. Importing this module imports vLLM.
 """
 
 from __future__ import annotations

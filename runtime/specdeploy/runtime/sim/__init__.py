@@ -1,8 +1,8 @@
 """A model of GPUs, LLMs, drafts and a continuous-batching engine.
 
 Everything it produces is *modelled*, never measured, and says so
-(``source: modelled``). It backs the benchmarks, the profiler's ``sim``
-backend and the emulated vLLM pods of the local cluster.
+(``source: modelled``). It backs the benchmarks and the profiler's ``sim``
+backend (``runtime/profiler/sim_backend.py``).
 
 Modules, one concern each:
 
@@ -15,5 +15,6 @@ Modules, one concern each:
 - ``workload``: request lengths, closed loop, open loop with changing rates.
 - ``engine``: continuous batching driven by a K policy (``simulate``).
 - ``presets``: named deployments, including the seed's dense and MoE cases.
-- ``profiling``: the ``sim`` profiler backend (``profile_preset``).
+- ``profiling``: a preset's exhaustive, noise-free profile (``profile_preset``),
+  the reference the benchmarks derive tables from.
 """

@@ -1,4 +1,8 @@
-"""Profile a preset the way the real profiler profiles a GPU: the ``sim`` backend.
+"""Profile a preset exhaustively, noise-free: the benchmarks' modelled profile of a preset.
+
+Not the profiler's ``sim`` backend (``runtime/profiler/sim_backend.py``, which
+``specdeploy profile --backend sim`` searches like a real engine, with step
+noise): this is the reference the simulator benchmark derives its tables from.
 
 For each batch size and K the engine runs a fixed-size batch (a closed loop
 whose requests are long enough that nobody finishes while measured, all with

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from specdeploy.runtime.policy.base import conditional_counts
 from specdeploy.runtime.profiler import vllm_backend as vb
-from specdeploy.runtime.profiler.backend import DeterministicFailure
-from specdeploy.runtime.profiler.backends import EngineOptions
+from specdeploy.runtime.profiler.backend import EngineOptions
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure
 from specdeploy.runtime.vllm_addon.steps import conditional_from_drafts
 
 
