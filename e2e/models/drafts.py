@@ -35,14 +35,13 @@ from __future__ import annotations
 import json
 import math
 import random
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.models import eagle, smollm2
+from e2e.models import eagle, smollm2, trained
 
 NAME = "smollm2-distilled"
 ALIASES = frozenset({NAME}) | eagle.ALIASES
@@ -102,10 +101,7 @@ def ensure_draft(
     return smollm2.build_once(folder, lambda scratch: train(target, scratch, recipe))
 
 
-def report(folder: Path) -> dict[str, Any]:
-    """What training recorded: acceptance per position, minutes, recipe."""
-    data: dict[str, Any] = json.loads((folder / MARKER).read_text())
-    return data
+report = trained.report
 
 
 # --- training -------------------------------------------------------------------
@@ -318,27 +314,21 @@ def conditional_acceptance(
                 if not row[start + i]:
                     break
                 accepted[i] += 1
-    rates = [a / t if t else 0.0 for a, t in zip(accepted, tried, strict=True)]
-    return rates, tried[0]
+    return trained.rates(accepted, tried), tried[0]
 
 
 def _log(message: str) -> None:
-    print(f"drafts: {message}", file=sys.stderr, flush=True)
+    trained.log("drafts", message)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Train (once) and print the draft's folder and its report."""
-    args = sys.argv[1:] if argv is None else argv
-    root = Path(args[0]) if args else None
-    try:
-        target = smollm2.ensure_checkpoint(root)
-        folder = ensure_draft(NAME, target=target, root=root)
-    except (smollm2.ModelUnavailable, DraftUnavailable) as err:
-        print(f"drafts: {err}", file=sys.stderr)
-        return 3
-    print(folder)
-    print(json.dumps(report(folder), indent=2))
-    return 0
+    """Train (once) and print the folder and its report."""
+    return trained.main(
+        "drafts",
+        lambda target, root: ensure_draft(NAME, target=target, root=root),
+        (DraftUnavailable,),
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -48,14 +48,13 @@ import json
 import math
 import random
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.models import smollm2
+from e2e.models import smollm2, trained
 
 NAME = "smollm2-eagle"
 ALIASES = frozenset({NAME})
@@ -123,9 +122,7 @@ def ensure_head(*, target: Path, root: Path | None = None, recipe: Recipe = Reci
     )
 
 
-def report(folder: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((folder / MARKER).read_text())
-    return data
+report = trained.report
 
 
 def head_config(target_config: dict[str, Any]) -> dict[str, Any]:
@@ -614,8 +611,7 @@ def evaluate(
                 )
                 eye = torch.eye(len(starts), dtype=torch.bool)
                 context.append((k, v, eye))
-    rates = [a / t if t else 0.0 for a, t in zip(accepted, tried, strict=True)]
-    return rates, tried[0]
+    return trained.rates(accepted, tried), tried[0]
 
 
 def _safetensors() -> Any:
@@ -624,22 +620,17 @@ def _safetensors() -> Any:
 
 
 def _log(message: str) -> None:
-    print(f"eagle: {message}", file=sys.stderr, flush=True)
+    trained.log("eagle", message)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Train (once) and print the head's folder and its report."""
-    args = sys.argv[1:] if argv is None else argv
-    root = Path(args[0]) if args else None
-    try:
-        target = smollm2.ensure_checkpoint(root)
-        folder = ensure_head(target=target, root=root)
-    except (smollm2.ModelUnavailable, EagleUnavailable) as err:
-        print(f"eagle: {err}", file=sys.stderr)
-        return 3
-    print(folder)
-    print(json.dumps(report(folder), indent=2))
-    return 0
+    """Train (once) and print the folder and its report."""
+    return trained.main(
+        "eagle",
+        lambda target, root: ensure_head(target=target, root=root),
+        (EagleUnavailable,),
+        argv,
+    )
 
 
 if __name__ == "__main__":

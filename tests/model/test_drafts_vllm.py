@@ -1,10 +1,15 @@
 """vLLM's CPU build drafting with an EAGLE head saved by ``e2e.models.eagle``.
 
 The first test saves an untrained head (seconds) and checks that vLLM loads
-that layout and drafts with it. The second trains a small head (the
-``QUICK`` recipe, a few minutes; cached afterwards) and checks vLLM accepts
-its drafts well above an untrained head's rate. Both measure through
-``specdeploy profile --backend vllm`` and read its raw file.
+that layout and drafts with it, accepting almost none of its drafts. The
+second trains a small head (the ``QUICK`` recipe, ~3.5 min; cached
+afterwards) and checks vLLM accepts its drafts well above that. Both
+measure through ``specdeploy profile --backend vllm`` (batch 4, K 1-3, 32
+steps each: 384 first-position drafts) and read its raw file.
+
+Measured here (2026-12-01): first-position acceptance, pooled over K 1-3,
+6/384 = 1.6% untrained and 48/384 = 12.5% for ``QUICK``; the thresholds
+below sit more than 4 standard deviations (binomial) from both.
 """
 
 from __future__ import annotations
@@ -34,14 +39,19 @@ print(eagle.ensure_head(target=Path(sys.argv[1]), recipe=eagle.QUICK))
 """
 
 
+BATCH, STEPS = 4, 32
+UNTRAINED_AT_MOST = 0.05
+TRAINED_AT_LEAST = 0.07
+
+
 def _engine_runs(
-    in_venv: VenvRunner, target: str, head: str, out: Path, batch_size: int, steps: int
+    in_venv: VenvRunner, target: str, head: str, out: Path
 ) -> dict[tuple[int, int], dict[str, Any]]:
     in_venv(
         *("profile", "--backend", "vllm", "--model", target, "--method", "eagle"),
-        *("--draft-model", head, "--max-k", "3", "--batch-sizes", str(batch_size)),
+        *("--draft-model", head, "--max-k", "3", "--batch-sizes", str(BATCH)),
         *("--search", "exhaustive", "--min-repeats", "1", "--max-repeats", "1"),
-        *("--steps", str(steps), "--prompts", "8"),
+        *("--steps", str(STEPS), "--prompts", "8"),
         *("--out", str(out / "profile.yaml"), "--raw", str(out / "raw.json")),
         *("--termination-log", str(out / "termination-log")),
         script="specdeploy",
@@ -50,23 +60,30 @@ def _engine_runs(
     return {(r["batchSize"], r["k"]): r for r in raw["engineRuns"]}
 
 
+def first_position(runs: dict[tuple[int, int], dict[str, Any]]) -> tuple[int, int]:
+    """(accepted, drafted) at draft position 1, pooled over the K > 0 runs."""
+    speculative = [r for (_, k), r in runs.items() if k > 0]
+    assert len(speculative) == 3
+    return sum(r["accepted"][0] for r in speculative), sum(r["drafted"][0] for r in speculative)
+
+
 def test_vllm_loads_and_drafts_with_a_saved_head(
     in_venv: VenvRunner, smollm2: str, tmp_path: Path
 ) -> None:
     head = tmp_path / "head"
     in_venv("-c", SAVE_UNTRAINED, smollm2, str(head))
     assert json.loads((head / "config.json").read_text())["num_hidden_layers"] == 1
-    runs = _engine_runs(in_venv, smollm2, str(head), tmp_path, batch_size=1, steps=4)
-    k3 = runs[(1, 3)]
-    assert k3["draftsPerSeqStep"] == 3
-    assert k3["drafted"][0] > 0
+    runs = _engine_runs(in_venv, smollm2, str(head), tmp_path)
+    assert runs[(BATCH, 3)]["draftsPerSeqStep"] == 3  # an EAGLE head always proposes K
+    accepted, drafted = first_position(runs)
+    assert drafted == 3 * BATCH * STEPS
+    assert accepted / drafted <= UNTRAINED_AT_MOST
 
 
 def test_a_trained_head_is_accepted(in_venv: VenvRunner, smollm2: str, tmp_path: Path) -> None:
     head = in_venv("-c", TRAIN_QUICK, smollm2, timeout=1800).stdout.strip().splitlines()[-1]
-    runs = _engine_runs(in_venv, smollm2, head, tmp_path, batch_size=4, steps=16)
-    drafted, accepted = runs[(4, 3)]["drafted"], runs[(4, 3)]["accepted"]
-    assert drafted[0] == 64
-    # An untrained head is accepted ~never; the quick recipe measured QUICK_ACCEPTANCE
-    # at position 1 (e2e/models/eagle.py), far from usable but well above that.
-    assert accepted[0] / drafted[0] >= 0.05
+    runs = _engine_runs(in_venv, smollm2, head, tmp_path)
+    accepted, drafted = first_position(runs)
+    assert drafted == 3 * BATCH * STEPS
+    # Far from usable (~0.4 would be), but well above an untrained head.
+    assert accepted / drafted >= TRAINED_AT_LEAST

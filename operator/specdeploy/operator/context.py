@@ -54,16 +54,6 @@ def pool_status(pool: Pool, state: Phase, message: str, **extra: Any) -> PoolSta
     return PoolStatus(gpu_type=pool.gpu_type, state=state, message=message, **extra)
 
 
-def _conflict(ctx: Context, manifests: tuple[Manifest, ...]) -> str | None:
-    """Why a wanted child cannot be written: its name is taken by an object not ours."""
-    for manifest in manifests:
-        kind, name = ref_of(manifest)
-        existing = ctx.observed.child(kind, name)
-        if existing is not None and ctx.parent.uid not in owner_uids(existing):
-            return f"{kind} {name} exists and does not belong to this SpeculativeDeployment"
-    return None
-
-
 def conflict(ctx: Context, manifests: tuple[Manifest, ...]) -> str | None:
     """Why a wanted child cannot be written: its name is taken by an object not ours."""
     for manifest in manifests:

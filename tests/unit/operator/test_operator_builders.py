@@ -124,24 +124,6 @@ def test_the_vllm_profiler_gets_the_fingerprint_as_flags() -> None:
     assert flags["--draft-model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 
 
-@pytest.mark.parametrize("backend", ["sim", "vllm"])
-def test_the_profile_command_accepts_the_jobs_arguments(backend: str) -> None:
-    """The contract with ``specdeploy profile``: its own parser and checks take our flags."""
-    import argparse
-
-    from specdeploy.cli import profile as command
-    from specdeploy.runtime.profiler.run import check_options
-
-    manifest = job(spec(profiling={"backend": backend}))
-    container = pod(manifest)["containers"][0]
-    parser = argparse.ArgumentParser(prog="specdeploy")
-    command.register(parser.add_subparsers(dest="command"))
-    options = command.options_from(parser.parse_args(container["args"]))
-    check_options(options)
-    assert options.output.kubernetes is True
-    assert options.max_k == 5
-
-
 def test_profiling_and_serving_pods_carry_the_specs_annotations() -> None:
     s = spec(
         profiling={"podAnnotations": {"sidecar.istio.io/inject": "false"}},

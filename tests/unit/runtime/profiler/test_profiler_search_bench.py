@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
-from tests.paths import ROOT
-
-if str(ROOT) not in sys.path:  # bench/ is scripts, not an installed package
-    sys.path.insert(0, str(ROOT))
-
+# bench/ is scripts beside the package; the checkout's root is on pytest's path.
 from bench.profiler_search import true_goodput_grid, true_loss
 from specdeploy.runtime.goodput import acceptance_lengths
 from specdeploy.runtime.sim.presets import get_preset
