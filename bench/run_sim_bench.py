@@ -214,7 +214,7 @@ def write_summary(
         "# Simulator benchmark results (MODELLED, not measured)",
         "",
         "Produced by `make demo` (`python bench/run_sim_bench.py`); every tokens/s figure",
-        "comes from the simulator (`runtime/sim`), not from a GPU. The hot-path timing is",
+        "comes from the simulator (`specdeploy.runtime.sim`), not from a GPU. The hot-path timing is",
         f"measured on this machine. Wall time of the whole run: {secs:.0f} s.",
         "",
         "## Targets",
