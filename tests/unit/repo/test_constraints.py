@@ -21,7 +21,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
 def pins(lock: str) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for line in (ROOT / "constraints" / f"{lock}.txt").read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, version = line.partition("==")
