@@ -29,6 +29,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 """The API group and version of both custom resources (the operator's CRDs use these)."""
 KIND = "SpeculationProfile"
 PLURAL = "speculationprofiles"
+DEPLOYMENT_KIND = "SpeculativeDeployment"
+DEPLOYMENT_PLURAL = "speculativedeployments"
+"""The operator's resource, named here beside the profile's so that the one kind
+table (``specdeploy.runtime.kube.paths``) knows both: the runtime never imports
+the operator, whose ``api`` re-exports these as ``KIND`` and ``PLURAL``."""
 
 
 class ProfileError(ValueError):
