@@ -1,9 +1,9 @@
 """Layering: the runtime runs inside vLLM pods and must never import the operator.
 
-Checked on the source with ``ast`` (lazy imports inside functions included)
-rather than with import-linter, whose graph cannot see ``specdeploy.operator``:
-that folder is a namespace portion with no ``__init__.py`` (so it never
-shadows the stdlib ``operator``), and namespace portions are invisible to it.
+Nor the CLI, kopf (the operator's framework) or ``e2e`` (the local-cluster
+harness, not shipped). Checked per file on the source with ``ast`` (lazy
+imports inside functions included): every runtime module is checked, so a
+chain through the runtime is caught at its first link.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from tests.paths import ROOT
 
-RUNTIME_MAY_NOT_IMPORT = ("specdeploy.operator", "specdeploy.cli", "specdeploy.cli")
+RUNTIME_MAY_NOT_IMPORT = ("specdeploy.operator", "specdeploy.cli", "kopf", "e2e")
 
 
 def imported_modules(source: str) -> Iterator[str]:
@@ -54,6 +54,8 @@ def test_runtime_module_does_not_import_the_operator_or_the_cli(path: Path) -> N
         "from specdeploy.operator import api",
         "from specdeploy import operator",
         "def f():\n    from specdeploy.cli.table import register\n",
+        "import kopf",
+        "from e2e.localcluster import kubeapi",
     ],
 )
 def test_the_check_catches_each_import_form(source: str) -> None:
