@@ -234,6 +234,7 @@ def addon_imports() -> Iterator[tuple[str, str]]:
 
 def test_addon_imports_only_what_the_vllm_image_provides() -> None:
     assert "matplotlib" not in PROVIDED_BY_VLLM_IMAGE
+    assert "kubernetes" not in PROVIDED_BY_VLLM_IMAGE  # the API client stays out of engine-core
     missing = sorted(
         {f"{m} imports {t}" for m, t in addon_imports() if t not in PROVIDED_BY_VLLM_IMAGE}
     )
