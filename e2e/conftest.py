@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from e2e.localcluster import binaries, cluster, processes
-from e2e.localcluster.kubeapi import ApiError, KubeApi, path_for
+from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 # Two nodes of each type; tests that fill capacity use a type of their own.
 FLEET = "h100=2,a100=2,l40s=2"
@@ -90,10 +91,10 @@ def namespace(admin: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
     # The ServiceAccount admission plugin rejects pods until the SA controller
     # has made `default`; the ServiceAccount volume needs the root CA ConfigMap.
     for kind, obj in (("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")):
-        _wait_exists(admin, path_for(kind, namespace=name, name=obj))
+        _wait_exists(admin, paths.path(kind, namespace=name, name=obj))
     yield name
     try:
-        admin.delete(path_for("Namespace", name=name))
+        admin.delete(paths.path("Namespace", name=name))
     except ApiError as err:
         if err.status != 404:
             raise

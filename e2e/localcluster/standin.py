@@ -43,8 +43,9 @@ from typing import Any
 
 from e2e.localcluster import kubeconfig, podenv, stages
 from e2e.localcluster.fleet import KWOK_ANNOTATION
-from e2e.localcluster.kubeapi import ApiError, KubeApi, path_for
+from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.volumes import materialize_mounts
+from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]
 POLL = 0.3
@@ -63,10 +64,10 @@ class ApiObjects:
         self.api = api
 
     def config_map(self, namespace: str, name: str) -> Obj | None:
-        return self.api.get_or_none(path_for("ConfigMap", namespace=namespace, name=name))
+        return self.api.get_or_none(paths.path("ConfigMap", namespace=namespace, name=name))
 
     def secret(self, namespace: str, name: str) -> Obj | None:
-        return self.api.get_or_none(path_for("Secret", namespace=namespace, name=name))
+        return self.api.get_or_none(paths.path("Secret", namespace=namespace, name=name))
 
     def pod_token(self, pod: Mapping[str, Any], audience: str | None, seconds: int) -> str:
         meta = pod["metadata"]
@@ -114,7 +115,7 @@ class StandIn:
         self.fake_nodes: set[str] = set()
 
     def step(self) -> None:
-        pods = self.api.items(path_for("Pod"), fieldSelector="status.phase=Running")
+        pods = self.api.items(paths.path("Pod"), fieldSelector="status.phase=Running")
         live = {p["metadata"]["uid"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
         for pod in live.values():
             if self._wanted(pod):
@@ -140,7 +141,7 @@ class StandIn:
 
     def _is_fake(self, node: str) -> bool:
         if node and node not in self.fake_nodes:
-            found = self.api.get_or_none(path_for("Node", name=node)) or {}
+            found = self.api.get_or_none(paths.path("Node", name=node)) or {}
             key, value = KWOK_ANNOTATION
             if found.get("metadata", {}).get("annotations", {}).get(key) == value:
                 self.fake_nodes.add(node)
@@ -183,7 +184,7 @@ class StandIn:
     def _environment(self, run: PodRun, container: Obj, mounts: dict[str, str]) -> dict[str, str]:
         pod_env = podenv.resolve_env(run.pod, container, self.objects)
         env = {k: podenv.rewrite_paths(v, mounts) for k, v in pod_env.items()}
-        host = self.api.credentials.server.split("://", 1)[1]
+        host = self.api.credentials().server.split("://", 1)[1]
         address, _, port = host.rpartition(":")
         env.update(
             {
@@ -201,7 +202,7 @@ class StandIn:
     def _pod_kubeconfig(self, run: PodRun, sa_dir: Path) -> Path:
         meta = run.pod["metadata"]
         doc = kubeconfig.document(
-            server=self.api.credentials.server,
+            server=self.api.credentials().server,
             ca_file=sa_dir / "ca.crt",
             user=f"system:serviceaccount:{meta['namespace']}:"
             f"{run.pod['spec'].get('serviceAccountName', 'default')}",
@@ -228,7 +229,7 @@ class StandIn:
 
     def _annotate(self, pod: Obj, code: int, message: str) -> None:
         meta = pod["metadata"]
-        path = path_for("Pod", namespace=meta["namespace"], name=meta["name"])
+        path = paths.path("Pod", namespace=meta["namespace"], name=meta["name"])
         patch = {"metadata": {"annotations": stages.exit_annotations(code, message)}}
         try:
             self.api.merge_patch(path, patch)

@@ -1,6 +1,7 @@
 """``specdeploy operator``: run the controller, or regenerate and check its CRDs.
 
-* ``run [--namespace NS ...]``: start the kopf operator (whole cluster by default).
+* ``run [--namespace NS ...] [--kubeconfig FILE] [--context NAME]``: start the kopf
+  operator (whole cluster by default), connected as kubectl would be.
 * ``crds [--out DIR] [--check]``: write ``crds/`` from the API models; with
   ``--check`` write nothing and exit 1 when the files are stale.
 * ``rbac``: print the ClusterRole the operator needs (for the chart).
@@ -27,6 +28,12 @@ def register(subparsers: Any) -> None:
     run.add_argument("--profiler-image", help="default image of the profiling Jobs")
     run.add_argument("--resync-seconds", type=float, default=300.0, help="re-list period")
     run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="kubeconfig file (default: $KUBECONFIG, the pod's ServiceAccount, ~/.kube/config)",
+    )
+    run.add_argument("--context", help="kubeconfig context (default: the current one)")
     run.set_defaults(handler=_run)
 
     crds = sub.add_parser("crds", help="write the CRDs generated from the API models")
@@ -48,6 +55,8 @@ def _run(args: argparse.Namespace) -> int:
         config=config,
         resync_seconds=args.resync_seconds,
         liveness_endpoint=args.liveness,
+        kubeconfig=args.kubeconfig,
+        context=args.context,
     )
     return 0
 

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from e2e.localcluster import processes
-from e2e.localcluster.kubeapi import KubeApi, path_for
+from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 
 def _dev(*args: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +49,7 @@ def test_up_is_idempotent_and_down_leaves_no_process(tmp_path: Path) -> None:
         assert second.returncode == 0, second.stderr
         last_line = second.stdout.strip().splitlines()[-1]
         api = KubeApi.from_kubeconfig(Path(last_line.removeprefix("export KUBECONFIG=")))
-        nodes = [n["metadata"]["name"] for n in api.items(path_for("Node"))]
+        nodes = [n["metadata"]["name"] for n in api.items(paths.path("Node"))]
     finally:
         down = _dev("down", "--workdir", str(workdir))
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from e2e.localcluster import objects
-from e2e.localcluster.kubeapi import KubeApi, path_for
+from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 
 def test_deleting_a_deployment_removes_its_replicasets_pods_and_owned_configmaps(
@@ -15,13 +16,13 @@ def test_deleting_a_deployment_removes_its_replicasets_pods_and_owned_configmaps
     table = objects.config_map("web-table", namespace, {"k": "3"})
     table["metadata"]["ownerReferences"] = [objects.owner_reference(owner)]
     admin.create(table)
-    pods_path = path_for("Pod", namespace=namespace)
-    rs_path = path_for("ReplicaSet", namespace=namespace, api_version="apps/v1")
+    pods_path = paths.path("Pod", namespace=namespace)
+    rs_path = paths.path("ReplicaSet", namespace=namespace)
     wait_for(lambda: len(admin.items(pods_path, labelSelector="app=web")) == 2, what="2 pods")
 
-    admin.delete(path_for("Deployment", namespace=namespace, name="web", api_version="apps/v1"))
+    admin.delete(paths.path("Deployment", namespace=namespace, name="web"))
 
     wait_for(lambda: not admin.items(rs_path), what="ReplicaSets gone")
     wait_for(lambda: not admin.items(pods_path, labelSelector="app=web"), what="pods gone")
-    config_maps = path_for("ConfigMap", namespace=namespace, name="web-table")
+    config_maps = paths.path("ConfigMap", namespace=namespace, name="web-table")
     wait_for(lambda: admin.get_or_none(config_maps) is None, what="owned ConfigMap gone")

@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from e2e.localcluster import objects, stages
-from e2e.localcluster.kubeapi import KubeApi, path_for
+from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 
 def _job_complete(admin: KubeApi, namespace: str, name: str) -> bool:
-    path = path_for("Job", namespace=namespace, name=name, api_version="batch/v1")
+    path = paths.path("Job", namespace=namespace, name=name)
     conditions = admin.get(path).get("status", {}).get("conditions", [])
     return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
 
@@ -31,14 +32,14 @@ def test_the_exit_gate_ends_a_running_pod_with_the_given_code_and_message(
 ) -> None:
     template = objects.pod_template({"app": "srv"}, [objects.container(["serve"])])
     admin.create(objects.deployment("srv", namespace, template, replicas=1))
-    pods = path_for("Pod", namespace=namespace)
+    pods = paths.path("Pod", namespace=namespace)
 
     def running() -> list[dict[str, Any]]:
         found = admin.items(pods, labelSelector="app=srv", fieldSelector="status.phase=Running")
         return found
 
     (pod,) = wait_for(running, what="a Running pod")
-    path = path_for("Pod", namespace=namespace, name=pod["metadata"]["name"])
+    path = paths.path("Pod", namespace=namespace, name=pod["metadata"]["name"])
     admin.merge_patch(path, {"metadata": {"annotations": stages.exit_annotations(137, "OOM")}})
 
     def failed() -> dict[str, Any] | None:

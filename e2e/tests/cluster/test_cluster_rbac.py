@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from e2e.localcluster import objects
-from e2e.localcluster.kubeapi import ApiError, Credentials, KubeApi, path_for
+from e2e.localcluster.kubeapi import ApiError, KubeApi
+from specdeploy.runtime.kube import paths
 
 
 def _as_service_account(admin: KubeApi, namespace: str, name: str) -> KubeApi:
-    token = admin.request_token(namespace, name, seconds=600)
-    server, ca = admin.credentials.server, admin.credentials.ca_file
-    return KubeApi(Credentials(server=server, ca_file=ca, token=token))
+    return admin.with_token(admin.request_token(namespace, name, seconds=600))
 
 
 def test_a_service_account_without_rights_is_refused(admin: KubeApi, namespace: str) -> None:
@@ -19,10 +18,10 @@ def test_a_service_account_without_rights_is_refused(admin: KubeApi, namespace: 
     nobody = _as_service_account(admin, namespace, "nobody")
 
     with pytest.raises(ApiError) as refused:
-        nobody.items(path_for("Pod", namespace=namespace))
+        nobody.items(paths.path("Pod", namespace=namespace))
 
     assert refused.value.status == 403
-    assert admin.items(path_for("Pod", namespace=namespace)) == []
+    assert admin.items(paths.path("Pod", namespace=namespace)) == []
 
 
 def test_a_role_binding_grants_exactly_what_it_names(admin: KubeApi, namespace: str) -> None:
@@ -36,21 +35,19 @@ def test_a_role_binding_grants_exactly_what_it_names(admin: KubeApi, namespace: 
     reader = _as_service_account(admin, namespace, "reader")
 
     names = [
-        c["metadata"]["name"] for c in reader.items(path_for("ConfigMap", namespace=namespace))
+        c["metadata"]["name"] for c in reader.items(paths.path("ConfigMap", namespace=namespace))
     ]
     with pytest.raises(ApiError) as refused:
-        reader.items(path_for("Secret", namespace=namespace))
+        reader.items(paths.path("Secret", namespace=namespace))
 
     assert "kube-root-ca.crt" in names
     assert refused.value.status == 403
 
 
 def test_a_client_without_credentials_is_refused(admin: KubeApi) -> None:
-    anonymous = KubeApi(
-        Credentials(server=admin.credentials.server, ca_file=admin.credentials.ca_file)
-    )
+    anonymous = admin.with_token(None)
 
     with pytest.raises(ApiError) as refused:
-        anonymous.items(path_for("Namespace"))
+        anonymous.items(paths.path("Namespace"))
 
     assert refused.value.status in (401, 403)

@@ -6,16 +6,17 @@ from typing import Any
 
 from e2e.localcluster import objects
 from e2e.localcluster.fleet import CATALOG
-from e2e.localcluster.kubeapi import KubeApi, path_for
+from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 
 def _pods(admin: KubeApi, namespace: str, app: str) -> list[dict[str, Any]]:
-    return admin.items(path_for("Pod", namespace=namespace), labelSelector=f"app={app}")
+    return admin.items(paths.path("Pod", namespace=namespace), labelSelector=f"app={app}")
 
 
 def _node_product(admin: KubeApi, node: str) -> str:
-    labels = admin.get(path_for("Node", name=node))["metadata"]["labels"]
+    labels = admin.get(paths.path("Node", name=node))["metadata"]["labels"]
     return str(labels[objects.PRODUCT_LABEL])
 
 
@@ -33,7 +34,7 @@ def test_a_gpu_deployment_lands_only_on_its_product_and_becomes_ready(
     )
     admin.create(objects.deployment("serve", namespace, template, replicas=3))
 
-    path = path_for("Deployment", namespace=namespace, name="serve", api_version="apps/v1")
+    path = paths.path("Deployment", namespace=namespace, name="serve")
     wait_for(
         lambda: admin.get(path).get("status", {}).get("availableReplicas") == 3,
         what="3 available replicas",

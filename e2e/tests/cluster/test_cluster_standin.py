@@ -6,12 +6,13 @@ import json
 from typing import Any
 
 from e2e.localcluster import objects
-from e2e.localcluster.kubeapi import KubeApi, path_for
+from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.runtime.kube import paths
 
 
 def _job_condition(admin: KubeApi, namespace: str, name: str) -> str | None:
-    path = path_for("Job", namespace=namespace, name=name, api_version="batch/v1")
+    path = paths.path("Job", namespace=namespace, name=name)
     for condition in admin.get(path).get("status", {}).get("conditions", []):
         if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
             return str(condition["type"])
@@ -20,7 +21,7 @@ def _job_condition(admin: KubeApi, namespace: str, name: str) -> str | None:
 
 def _terminated(admin: KubeApi, namespace: str, job: str) -> dict[str, Any]:
     selector = f"batch.kubernetes.io/job-name={job}"
-    (pod,) = admin.items(path_for("Pod", namespace=namespace), labelSelector=selector)
+    (pod,) = admin.items(paths.path("Pod", namespace=namespace), labelSelector=selector)
     state: dict[str, Any] = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     return {**state, "phase": pod["status"]["phase"]}
 
@@ -79,25 +80,29 @@ def test_the_log_tail_is_the_message_under_fallback_to_logs_on_error(
 
 
 # Runs as the pod's "container": reports what it can see and do, as JSON, in
-# its termination message.
+# its termination message. It connects as a program in a pod does, with the
+# installed client (the checkout's e2e/ is not importable there) and the
+# stand-in's $KUBECONFIG, whose token file is the pod's ServiceAccount token.
 PROBE = """
 import json, os, sys
 from pathlib import Path
-from e2e.localcluster.kubeapi import ApiError, KubeApi, path_for
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.client import ApiError
+from specdeploy.runtime.kube.config import connect
 
 settings, namespace_file, out = sys.argv[1:4]
 namespace = Path(namespace_file).read_text()
-api = KubeApi.from_kubeconfig(Path(os.environ["KUBECONFIG"]))
+api = connect()
 report = {
     "greeting": os.environ["GREETING"],
     "pod_name": os.environ["POD_NAME"],
     "motd": Path(settings, "motd").read_text(),
     "namespace": namespace,
 }
-cm = api.get(path_for("ConfigMap", namespace=namespace, name="settings"))
+cm = api.request("GET", paths.path("ConfigMap", namespace, "settings"))
 report["read_configmap"] = cm["data"]["greeting"]
 try:
-    api.items(path_for("Secret", namespace=namespace))
+    api.request("GET", paths.path("Secret", namespace))
     report["list_secrets"] = 200
 except ApiError as err:
     report["list_secrets"] = err.status

@@ -26,9 +26,9 @@ import yaml
 
 from e2e.localcluster import cluster, processes
 from e2e.localcluster.binaries import Binaries, repo_root
-from e2e.localcluster.kubeapi import ApiError, Credentials, KubeApi
+from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.waiting import wait_for
-from specdeploy.operator import resources
+from specdeploy.runtime.kube import paths
 from specdeploy.runtime.schedule import validate_vllm
 
 Obj = dict[str, Any]
@@ -61,7 +61,7 @@ def example(name: str = "llama-8b-chat", **changes: Any) -> Obj:
 
 
 def sdep_path(namespace: str, name: str | None = None) -> str:
-    return resources.path("SpeculativeDeployment", namespace, name)
+    return paths.path("SpeculativeDeployment", namespace, name)
 
 
 def create(admin: KubeApi, namespace: str, body: Obj) -> Obj:
@@ -74,7 +74,7 @@ def status(admin: KubeApi, namespace: str, name: str) -> Obj:
 
 
 def children(admin: KubeApi, kind: str, namespace: str) -> list[Obj]:
-    return admin.items(resources.path(kind, namespace), labelSelector=MANAGED)
+    return admin.items(paths.path(kind, namespace), labelSelector=MANAGED)
 
 
 def wait_phase(admin: KubeApi, namespace: str, name: str, phase: str, timeout: float = 120) -> Obj:
@@ -93,7 +93,7 @@ def timed(label: str, fn: Callable[[], Any]) -> Any:
 
 
 def node_gpu(admin: KubeApi, node: str) -> str:
-    labels: dict[str, str] = admin.get(resources.path("Node", name=node))["metadata"]["labels"]
+    labels: dict[str, str] = admin.get(paths.path("Node", name=node))["metadata"]["labels"]
     return labels["nvidia.com/gpu.product"]
 
 
@@ -184,7 +184,7 @@ def test_the_example_profiles_each_gpu_type_on_its_nodes_then_serves_it(
     final = timed(
         "example Ready", lambda: wait_phase(admin, namespace, "llama-8b-chat", "Ready", 180)
     )
-    profiles = admin.items(resources.path("SpeculationProfile", namespace))
+    profiles = admin.items(paths.path("SpeculationProfile", namespace))
     assert sorted(p["metadata"]["name"] for p in profiles) == sorted(
         p["profile"] for p in final["pools"]
     )
@@ -201,7 +201,7 @@ def test_the_example_profiles_each_gpu_type_on_its_nodes_then_serves_it(
     tables = [c["num_speculative_tokens_per_batch_size"] for c in configs]
     assert accepted_by_vllm(tables) == tables
     assert children(admin, "Job", namespace) == [], "finished Jobs are removed once profiles exist"
-    reasons = {e["reason"] for e in admin.items(resources.path("Event", namespace))}
+    reasons = {e["reason"] for e in admin.items(paths.path("Event", namespace))}
     assert {"Profiling", "RollingOut", "Ready", "PoolReady"} <= reasons
 
 
@@ -231,7 +231,7 @@ def test_a_reconcile_with_nothing_to_change_writes_nothing(
     time.sleep(3)  # let the last rollout events settle
     before = resource_versions(admin, namespace)
     status_before = status(admin, namespace, "llama-8b-chat")
-    events_before = len(admin.items(resources.path("Event", namespace)))
+    events_before = len(admin.items(paths.path("Event", namespace)))
     # An event on the deployment itself (metadata only) triggers a full reconcile.
     admin.merge_patch(
         sdep_path(namespace, "llama-8b-chat"), {"metadata": {"annotations": {"poke": "1"}}}
@@ -239,7 +239,7 @@ def test_a_reconcile_with_nothing_to_change_writes_nothing(
     time.sleep(5)
     assert resource_versions(admin, namespace) == before
     assert status(admin, namespace, "llama-8b-chat") == status_before
-    assert len(admin.items(resources.path("Event", namespace))) == events_before
+    assert len(admin.items(paths.path("Event", namespace))) == events_before
 
 
 # --- spec changes ------------------------------------------------------------
@@ -335,7 +335,7 @@ def test_an_invalid_spec_admission_cannot_see_gets_valid_false_and_no_children(
     time.sleep(2)
     for kind in ("Job", "Deployment", "ConfigMap", "Service", "ServiceAccount"):
         assert children(admin, kind, namespace) == [], kind
-    reasons = [e["reason"] for e in admin.items(resources.path("Event", namespace))]
+    reasons = [e["reason"] for e in admin.items(paths.path("Event", namespace))]
     assert "BatchSizesUnordered" in reasons
 
 
@@ -366,22 +366,22 @@ def test_the_profiling_service_account_can_write_profiles_and_nothing_else(
     body = example(profiling={"podAnnotations": {}})  # pods never run: the Job stays
     create(admin, namespace, body)
     wait_for(
-        lambda: admin.get_or_none(resources.path("RoleBinding", namespace, "specdeploy-profiler")),
+        lambda: admin.get_or_none(paths.path("RoleBinding", namespace, "specdeploy-profiler")),
         what="profiler RBAC",
         timeout=30,
     )
     profiler = _as_profiler(admin, namespace)
     doc: Obj = yaml.safe_load((repo_root() / "examples" / "profile-example.yaml").read_text())
     doc["metadata"] = {"name": "written-by-the-profiler", "namespace": namespace}
-    profiler.post(resources.path("SpeculationProfile", namespace), doc)
+    profiler.post(paths.path("SpeculationProfile", namespace), doc)
     forbidden = [
-        ("GET", resources.path("SpeculationProfile", namespace)),  # list
-        ("DELETE", resources.path("SpeculationProfile", namespace, "written-by-the-profiler")),
+        ("GET", paths.path("SpeculationProfile", namespace)),  # list
+        ("DELETE", paths.path("SpeculationProfile", namespace, "written-by-the-profiler")),
         ("GET", f"/api/v1/namespaces/{namespace}/secrets"),
         ("GET", f"/api/v1/namespaces/{namespace}/pods"),
-        ("GET", resources.path("ConfigMap", namespace)),
-        ("GET", resources.path("SpeculativeDeployment", namespace)),
-        ("GET", resources.path("SpeculationProfile", "default")),
+        ("GET", paths.path("ConfigMap", namespace)),
+        ("GET", paths.path("SpeculativeDeployment", namespace)),
+        ("GET", paths.path("SpeculationProfile", "default")),
     ]
     for method, path in forbidden:
         with pytest.raises(ApiError) as denied:
@@ -413,7 +413,7 @@ def test_an_operator_restart_during_profiling_duplicates_nothing(
     ]
     assert status(admin, namespace, "llama-8b-chat")["phase"] == "Profiling"
 
-    node = resources.path("Node", name="gpu-l40s-0")
+    node = paths.path("Node", name="gpu-l40s-0")
     admin.merge_patch(node, {"metadata": {"labels": {hold: "true"}}})
     try:
         timed(
@@ -425,9 +425,7 @@ def test_an_operator_restart_during_profiling_duplicates_nothing(
 
 
 def _as_profiler(admin: KubeApi, namespace: str) -> KubeApi:
-    token = admin.request_token(namespace, "specdeploy-profiler")
-    creds = admin.credentials
-    return KubeApi(Credentials(server=creds.server, ca_file=creds.ca_file, token=token))
+    return admin.with_token(admin.request_token(namespace, "specdeploy-profiler"))
 
 
 def test_deleting_the_deployment_removes_everything(

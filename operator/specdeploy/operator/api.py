@@ -9,8 +9,10 @@ predate the current CRD, and adds what CEL cannot express.
 
 SpeculationProfile is the runtime's own model (``specdeploy.runtime.profile``):
 the profiler writes it, the runtime reads it, and the operator only stores it,
-so its rules live there once; so do the API group and version and the
-``Policy`` names the pods read (``specdeploy.runtime.contract``).
+so its rules live there once; so do the API group and version, the
+SpeculativeDeployment's kind and plural (the runtime's one kind table,
+``specdeploy.runtime.kube.paths``, names both resources), and the ``Policy``
+names the pods read (``specdeploy.runtime.contract``).
 
 camelCase on the wire, snake_case in Python. Layer: no I/O, no imports from
 the rest of the operator.
@@ -25,13 +27,21 @@ from pydantic import ConfigDict, Field, JsonValue
 
 from specdeploy.runtime.contract import Policy
 from specdeploy.runtime.profile import API_VERSION, GROUP, VERSION, WireModel
+from specdeploy.runtime.profile import DEPLOYMENT_KIND as KIND
+from specdeploy.runtime.profile import DEPLOYMENT_PLURAL as PLURAL
 from specdeploy.runtime.profile import KIND as PROFILE_KIND
 from specdeploy.runtime.profile import PLURAL as PROFILE_PLURAL
 
-__all__ = ["API_VERSION", "GROUP", "PROFILE_KIND", "PROFILE_PLURAL", "VERSION", "Policy"]
-
-KIND = "SpeculativeDeployment"
-PLURAL = "speculativedeployments"
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "KIND",
+    "PLURAL",
+    "PROFILE_KIND",
+    "PROFILE_PLURAL",
+    "VERSION",
+    "Policy",
+]
 
 # Methods whose drafts come from a separate set of weights named by draftModel.
 # mtp is not here: vLLM drafts with the target model's own MTP layers.

@@ -11,6 +11,9 @@ object as an event, so a missed event costs at most one resync period.
 Reconciles of one deployment never overlap (a lock per deployment) and
 coalesce: events that arrive while one waits are answered by that one.
 A conflict or an API error retries after a delay.
+
+kopf logs in with our client's credentials (``register_login``), not with
+a loader of its own, so its watches and our writes are the same identity.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from specdeploy.operator.reconcile import Clock, reconcile_once, utc_now
 Key = tuple[str, str]
 log = logging.getLogger("specdeploy.operator")
 MANAGED = {MANAGED_BY[0]: MANAGED_BY[1]}
+RETRIED: tuple[type[Exception], ...] = (k8s.ApiError, *k8s.TRANSPORT_ERRORS)
+"""A refusal or no answer at all: the reconcile is tried again after a delay."""
 CHILD_RESOURCES = (
     ("batch", "v1", "jobs"),
     ("apps", "v1", "deployments"),
@@ -74,7 +79,7 @@ class Reconciler:
         except k8s.RetryLater as err:
             log.info("%s/%s: stale view (%s); deciding again", *key, err)
             self._retry_later(key, 0.5)
-        except (k8s.ApiError, OSError) as err:
+        except RETRIED as err:
             log.warning("%s/%s: reconcile failed: %s", *key, err)
             self._retry_later(key, self.retry_seconds)
 
@@ -120,6 +125,35 @@ class Reconciler:
         return True
 
 
+def connection_info(credentials: k8s.Credentials) -> kopf.ConnectionInfo:
+    """Our client's identity in kopf's terms: the watches and our writes are one identity."""
+    return kopf.ConnectionInfo(
+        server=credentials.server,
+        ca_path=credentials.ca_file,
+        insecure=credentials.insecure,
+        scheme=credentials.scheme,
+        token=credentials.token,
+        certificate_path=credentials.cert_file,
+        private_key_path=credentials.key_file,
+        default_namespace=credentials.namespace,
+        proxy_url=credentials.proxy,
+    )
+
+
+def register_login(
+    registry: kopf.OperatorRegistry, credentials: Callable[[], k8s.Credentials]
+) -> None:
+    """Make kopf log in as ``credentials()`` says, asked again whenever kopf re-authenticates.
+
+    kopf asks again after a 401, and ``Client.credentials`` re-reads a
+    rotated token and renews an expired exec or OIDC one, so kopf follows.
+    """
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(credentials())
+
+
 def _on(registry: kopf.OperatorRegistry, *selector: str, **filters: Any) -> Callable[[Any], Any]:
     return kopf.on.event(*selector, registry=registry, **filters)
 
@@ -135,10 +169,6 @@ def register(
         settings.posting.enabled = False  # Events are ours, written on transitions only
         settings.watching.server_timeout = int(resync_seconds)  # the API wants an integer
         settings.watching.client_timeout = int(resync_seconds) + 30
-
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @_on(registry, GROUP, VERSION, PLURAL)
     async def deployment_event(type: str | None, namespace: str, name: str, **_: Any) -> None:

@@ -1,10 +1,12 @@
-"""The only module that talks to the API server: gather and send, over the shared client.
+"""The only module of the operator that talks to the API server: gather and send.
 
-The transport, credentials and ``ApiError`` are ``specdeploy.runtime.kubeapi``
-(stdlib, shared with the local-cluster harness and the profiler); this module
-re-exports what the operator names and adds what only the operator does.
-Credentials come from a kubeconfig or the pod's ServiceAccount, the same
-sources kopf logs in with.
+The client is ``specdeploy.runtime.kube`` (the official ``kubernetes``
+client behind a typed wrapper, shared with the profiler and the
+local-cluster harness); this module re-exports what the operator names and
+adds the operator's own verbs. ``connect`` finds the cluster as kubectl
+does (an explicit kubeconfig and context, ``$KUBECONFIG``, the pod's
+ServiceAccount, ``~/.kube/config``); kopf's watches log in with the same
+client's credentials (``handlers.register_login``).
 
 ``gather`` reads everything a decision needs into one ``Observed``;
 ``send`` sends planned requests. Tests replace the ``Api`` with a fake that
@@ -13,34 +15,31 @@ records requests; anything else would reach no network.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
-from specdeploy.operator import resources
 from specdeploy.operator.api import KIND, PROFILE_KIND
 from specdeploy.operator.builders.common import COMPONENT_LABEL, MANAGED_BY, PROFILING
 from specdeploy.operator.observed import CHILD_KINDS, Observed
-from specdeploy.operator.plan import Request
-from specdeploy.runtime.kubeapi import (
-    SERVICEACCOUNT_DIR,
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.client import (
+    TRANSPORT_ERRORS,
     ApiError,
     Client,
     Credentials,
     get_or_none,
-    in_cluster,
 )
+from specdeploy.runtime.kube.config import connect
+from specdeploy.runtime.kube.requests import Request
 
 __all__ = [
+    "TRANSPORT_ERRORS",
     "Api",
     "ApiError",
     "Client",
     "Credentials",
     "RetryLater",
-    "credentials_from_kubeconfig",
-    "credentials_in_cluster",
-    "find_credentials",
+    "connect",
     "gather",
     "get_or_none",
     "list_deployments",
@@ -54,7 +53,7 @@ MANAGED_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
 
 
 class Api(Protocol):
-    """What the operator needs from a client: one JSON request."""
+    """What the operator needs from a client: one JSON request (a ``Client``, or a fake)."""
 
     def request(
         self,
@@ -65,30 +64,6 @@ class Api(Protocol):
         content_type: str = "application/json",
         query: Sequence[tuple[str, str]] = (),
     ) -> Obj: ...
-
-
-def credentials_from_kubeconfig(path: Path) -> Credentials:
-    """The current context of a kubeconfig (file paths or inline base64 data)."""
-    return Credentials.from_kubeconfig(path)
-
-
-def credentials_in_cluster() -> Credentials | None:
-    """The pod's ServiceAccount, when one is mounted (its token file is there)."""
-    if not (SERVICEACCOUNT_DIR / "token").exists():
-        return None
-    env = {"KUBERNETES_SERVICE_HOST": "kubernetes.default.svc", **os.environ}
-    return in_cluster(env)
-
-
-def find_credentials() -> Credentials:
-    """$KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config."""
-    explicit = os.environ.get("KUBECONFIG")
-    if explicit:
-        return credentials_from_kubeconfig(Path(explicit.split(os.pathsep)[0]))
-    pod = credentials_in_cluster()
-    if pod is not None:
-        return pod
-    return credentials_from_kubeconfig(Path.home() / ".kube" / "config")
 
 
 # --- reading -------------------------------------------------------------
@@ -116,26 +91,26 @@ def _pods_by_job(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
 
 def gather(api: Api, namespace: str, name: str) -> tuple[Obj | None, Observed]:
     """The deployment (None when gone) and everything its decision reads."""
-    body = get_or_none(api, resources.path(KIND, namespace, name))
+    body = get_or_none(api, paths.path(KIND, namespace, name))
     if body is None:
         return None, Observed()
     children = {
-        kind: _by_name(list_items(api, resources.path(kind, namespace), MANAGED_SELECTOR), kind)
+        kind: _by_name(list_items(api, paths.path(kind, namespace), MANAGED_SELECTOR), kind)
         for kind in CHILD_KINDS
     }
     profiling_pods = f"{MANAGED_SELECTOR},{COMPONENT_LABEL}={PROFILING}"
     observed = Observed(
-        nodes=list_items(api, resources.path("Node")),
-        profiles=_by_name(list_items(api, resources.path(PROFILE_KIND, namespace)), PROFILE_KIND),
+        nodes=list_items(api, paths.path("Node")),
+        profiles=_by_name(list_items(api, paths.path(PROFILE_KIND, namespace)), PROFILE_KIND),
         children=children,
-        job_pods=_pods_by_job(list_items(api, resources.path("Pod", namespace), profiling_pods)),
+        job_pods=_pods_by_job(list_items(api, paths.path("Pod", namespace), profiling_pods)),
     )
     return body, observed
 
 
 def list_deployments(api: Api, namespace: str | None = None) -> list[tuple[str, str]]:
     """(namespace, name) of every SpeculativeDeployment (in one namespace, or all)."""
-    items = list_items(api, resources.path(KIND, namespace))
+    items = list_items(api, paths.path(KIND, namespace))
     return [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]
 
 

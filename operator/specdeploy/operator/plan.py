@@ -18,37 +18,23 @@ pure function (``plan`` returns an empty list), testable without a cluster.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.operator import resources
-from specdeploy.operator.api import KIND
+from specdeploy.operator.api import API_VERSION, KIND
 from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.decide import Decision
 from specdeploy.operator.manifests import Ref, merge_patch, needs_apply, ref_of
 from specdeploy.operator.observed import Observed, owner_uids
 from specdeploy.operator.status import EventSpec
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.requests import APPLY_PATCH as APPLY
+from specdeploy.runtime.kube.requests import JSON_PATCH, Request
+from specdeploy.runtime.kube.requests import MERGE_PATCH as MERGE
 
 FIELD_MANAGER = "specdeploy"
 COMPONENT = "specdeploy-operator"
 OWNED_KINDS = ("ConfigMap", "Deployment", "Service")
 SHARED_KINDS = ("Job", "ServiceAccount", "Role", "RoleBinding")
-APPLY = "application/apply-patch+yaml"
-MERGE = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
-
-
-@dataclass(frozen=True)
-class Request:
-    """One API call. ``ok`` lists statuses that mean "already so" (404 on delete, 409 on create)."""
-
-    method: str
-    path: str
-    what: str
-    body: Any = None
-    content_type: str = "application/json"
-    query: tuple[tuple[str, str], ...] = ()
-    ok: tuple[int, ...] = field(default=())
 
 
 # --- owned children --------------------------------------------------------
@@ -58,7 +44,7 @@ def _apply(manifest: Mapping[str, Any]) -> Request:
     kind, name = ref_of(manifest)
     return Request(
         "PATCH",
-        resources.path_of(manifest),
+        paths.object_path(manifest),
         f"apply {kind} {name}",
         body=manifest,
         content_type=APPLY,
@@ -75,7 +61,7 @@ def _delete(obj: Mapping[str, Any], *, why: str) -> Request:
     }
     return Request(
         "DELETE",
-        resources.path(kind, meta.get("namespace"), meta["name"]),
+        paths.path(kind, meta.get("namespace"), meta["name"]),
         f"delete {kind} {meta['name']} ({why})",
         body={k: v for k, v in body.items() if v is not None},
         ok=(404, 409),
@@ -100,7 +86,7 @@ def _create_shared(parent: Parent, manifest: Mapping[str, Any]) -> Request:
     kind, name = ref_of(manifest)
     return Request(
         "POST",
-        resources.path(kind, meta.get("namespace")),
+        paths.path(kind, meta.get("namespace")),
         f"create {kind} {name}",
         body={**manifest, "metadata": meta},
         ok=(409,),
@@ -112,7 +98,7 @@ def _guarded_patch(obj: Mapping[str, Any], ops: list[dict[str, Any]], what: str)
     guard = {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]}
     return Request(
         "PATCH",
-        resources.path(str(obj["kind"]), meta.get("namespace"), meta["name"]),
+        paths.path(str(obj["kind"]), meta.get("namespace"), meta["name"]),
         what,
         body=[guard, *ops],
         content_type=JSON_PATCH,
@@ -183,7 +169,7 @@ def status_write(body: Mapping[str, Any], status: Mapping[str, Any]) -> list[Req
     return [
         Request(
             "PATCH",
-            resources.path(KIND, meta["namespace"], meta["name"], "status"),
+            paths.path(KIND, meta["namespace"], meta["name"], "status"),
             f"status of {meta['name']}: {status.get('phase')}",
             body={"status": merge_patch(old, status)},
             content_type=MERGE,
@@ -197,7 +183,7 @@ def event_write(parent: Parent, event: EventSpec, *, now: str) -> Request:
         "kind": "Event",
         "metadata": {"generateName": f"{parent.name[:200]}.", "namespace": parent.namespace},
         "involvedObject": {
-            "apiVersion": resources.KINDS[KIND][0],
+            "apiVersion": API_VERSION,
             "kind": KIND,
             "name": parent.name,
             "namespace": parent.namespace,
@@ -213,7 +199,7 @@ def event_write(parent: Parent, event: EventSpec, *, now: str) -> Request:
         "count": 1,
     }
     return Request(
-        "POST", resources.path("Event", parent.namespace), f"event {event.reason}", body=body
+        "POST", paths.path("Event", parent.namespace), f"event {event.reason}", body=body
     )
 
 

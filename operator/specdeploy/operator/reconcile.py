@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from specdeploy.operator import k8s
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
-from specdeploy.operator.plan import Request, plan
+from specdeploy.operator.plan import plan
+from specdeploy.runtime.kube.requests import Request
 
 Clock = Callable[[], str]
 log = logging.getLogger("specdeploy.operator")

@@ -31,6 +31,11 @@ KIND = "SpeculationProfile"
 PLURAL = "speculationprofiles"
 SIM_ENGINE = "vllm-sim"
 """A modelled profile's ``engine``: the simulator standing in for vLLM (never a measurement)."""
+DEPLOYMENT_KIND = "SpeculativeDeployment"
+DEPLOYMENT_PLURAL = "speculativedeployments"
+"""The operator's resource, named here beside the profile's so that the one kind
+table (``specdeploy.runtime.kube.paths``) knows both: the runtime never imports
+the operator, whose ``api`` re-exports these as ``KIND`` and ``PLURAL``."""
 
 
 class ProfileError(ValueError):

@@ -8,6 +8,7 @@ profiler side is the real CLI parser and checks, and the real exit codes.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,8 @@ from specdeploy.operator.builders.job import CONTAINER, ProfilingJob, profiling_
 from specdeploy.operator.fingerprint import pool_fingerprint
 from specdeploy.runtime.profiler.exit_codes import ExitCode, failure
 from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE, ENV_SA_DIR
-from specdeploy.runtime.profiler.run import check_options
+from specdeploy.runtime.profiler.run import check_options, plan_writers
+from specdeploy.runtime.profiler.writer import ApiWriter
 from tests.paths import EXAMPLES
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -61,6 +63,29 @@ def test_the_job_names_the_profile_and_its_namespace_as_the_profiler_reads_them(
     assert env[ENV_NAME]["value"] == profile
     assert env[ENV_NAMESPACE]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env[ENV_SA_DIR]["value"] == "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def test_in_the_jobs_pod_the_profiler_writes_to_the_jobs_namespace(tmp_path: Path) -> None:
+    """The Job's env, resolved as a kubelet resolves it, gives the profiler its API writer."""
+    manifest = job("sim")
+    run = container(manifest)
+    sa = tmp_path / "serviceaccount"
+    sa.mkdir()
+    (sa / "token").write_text("t0ken\n")
+    (sa / "namespace").write_text("inference")
+    env = {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "443",
+        **{e["name"]: e["value"] for e in run["env"] if "value" in e},
+        ENV_NAMESPACE: manifest["metadata"]["namespace"],  # the downward API's answer
+        ENV_SA_DIR: str(sa),  # where a stand-in kubelet puts the mount, as it rewrites env
+    }
+    parser = argparse.ArgumentParser(prog="specdeploy")
+    command.register(parser.add_subparsers(dest="command"))
+    options = command.options_from(parser.parse_args(run["args"]))
+    (writer,) = plan_writers(options.output, env)
+    assert isinstance(writer, ApiWriter)
+    assert writer.namespace == manifest["metadata"]["namespace"] == "inference"
 
 
 def test_the_job_fails_fast_on_exactly_the_profilers_deterministic_exit_codes() -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+import urllib3
 
 from specdeploy.operator import handlers, k8s
 from specdeploy.operator.reconcile import Result
@@ -78,13 +80,22 @@ def test_different_deployments_are_reconciled_independently(calls: list[tuple[st
     assert sorted(calls) == [("ns", "a"), ("ns", "b")]
 
 
-def test_a_failed_reconcile_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "error",
+    [
+        k8s.ApiError("GET", "/x", 503, "{}"),
+        ConnectionRefusedError("refused"),
+        urllib3.exceptions.ProtocolError("connection reset"),
+    ],
+    ids=["a-refusal", "a-refused-connection", "a-connection-lost-mid-answer"],
+)
+def test_a_failed_reconcile_is_retried(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
     attempts: list[int] = []
 
     def flaky(*args: Any, **kwargs: Any) -> Result:
         attempts.append(1)
         if len(attempts) == 1:
-            raise k8s.ApiError("GET", "/x", 503, "{}")
+            raise error
         return Result((), None)
 
     monkeypatch.setattr(handlers, "reconcile_once", flaky)
@@ -107,3 +118,32 @@ def test_only_a_change_discovery_reads_makes_a_node_event_count() -> None:
     assert r.node_changed("n1", node)
     assert not r.node_changed("n1", {**node, "status": {**node["status"], "conditions": []}})
     assert r.node_changed("n1", None)
+
+
+def test_kopf_logs_in_as_our_client_and_follows_a_rotated_token(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("one\n")
+    (tmp_path / "ca.crt").write_text("not read before a request")
+    (tmp_path / "namespace").write_text("ops")
+    env = {
+        "SPECDEPLOY_KUBE_API": "https://api.example:6443",
+        "SPECDEPLOY_SERVICEACCOUNT_DIR": str(tmp_path),
+    }
+    client = k8s.connect(env=env)
+    reg = kopf.OperatorRegistry()
+    handlers.register_login(reg, client.credentials)
+    (handler,) = reg._activities.get_all_handlers()
+    login: Any = handler.fn  # kopf passes its kwargs (logger, memo, ...); ours ignores them
+
+    first = login()
+    (tmp_path / "token").write_text("two\n")  # kopf logs in again after a 401
+    second = login()
+
+    assert first == kopf.ConnectionInfo(
+        server="https://api.example:6443",
+        ca_path=tmp_path / "ca.crt",
+        insecure=False,
+        scheme="Bearer",
+        token="one",
+        default_namespace="ops",
+    )
+    assert second.token == "two"

@@ -1,25 +1,26 @@
 """The I/O layer against an in-memory API server: gather, send, and the whole reconcile loop.
 
-The raw transport is made to explode, so nothing here can reach a network:
-every request goes through the fake, which counts them.
+The seam is the operator's own ``k8s.Api``: the fake below answers it. The
+raw transport under the real client (urllib3's connection pools) is made to
+explode, so nothing here can reach a network, and a test that built a real
+client by mistake fails loudly.
 """
 
 from __future__ import annotations
 
 import copy
-import http.client
 import itertools
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 import yaml
 
 from specdeploy.operator import k8s
 from specdeploy.operator.manifests import merge_patch
-from specdeploy.operator.plan import JSON_PATCH, Request
 from specdeploy.operator.reconcile import reconcile_once
+from specdeploy.runtime.kube.requests import JSON_PATCH, Request
 from tests.paths import ROOT
 
 NS = "inference"
@@ -32,8 +33,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     def explode(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a unit test must not open a connection")
 
-    monkeypatch.setattr(http.client, "HTTPSConnection", explode)
-    monkeypatch.setattr(http.client, "HTTPConnection", explode)
+    monkeypatch.setattr(urllib3.connectionpool.HTTPConnectionPool, "urlopen", explode)
 
 
 class FakeApi:
@@ -368,17 +368,7 @@ def test_merge_patch_deletes_keys_that_are_gone() -> None:
     }
 
 
-def test_credentials_come_from_kubeconfig_first(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    config = {
-        "current-context": "c",
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    monkeypatch.setenv("KUBECONFIG", f"{path}:{tmp_path / 'ignored'}")
-    creds = k8s.find_credentials()
-    assert (creds.server, creds.bearer()) == ("https://127.0.0.1:6443", "t")
+def test_the_real_client_cannot_reach_a_network_here() -> None:
+    client = k8s.connect(env={"SPECDEPLOY_KUBE_API": "http://127.0.0.1:9"})
+    with pytest.raises(AssertionError, match="must not open a connection"):
+        k8s.gather(client, NS, "llama-8b-chat")

@@ -19,22 +19,20 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from specdeploy.operator.builders import deployment
 from specdeploy.runtime.contract import SCHEDULER_CLS
+from tests.import_graph import PYPROJECT, closure, module_path
 from tests.paths import ROOT
 
 IMAGES = ROOT / "images"
 RUNTIME = IMAGES / "runtime.Dockerfile"
 OPERATOR = IMAGES / "operator.Dockerfile"
-PYPROJECT: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 # Third-party modules the add-on may import inside engine-core. It runs in
 # vLLM's own process, so its closure stays within vLLM's requirements
@@ -192,22 +190,6 @@ def test_runtime_exposes_the_builder_ports() -> None:
     assert exposed == {deployment.HTTP_PORT, deployment.METRICS_PORT}
 
 
-def _module_path(module: str) -> Path | None:
-    """The source file of a ``specdeploy`` module, from pyproject's package-dir."""
-    package_dir: dict[str, str] = PYPROJECT["tool"]["setuptools"]["package-dir"]
-    parts = module.split(".")
-    for n in range(len(parts), 0, -1):
-        package = ".".join(parts[:n])
-        if package not in package_dir:
-            continue
-        target = ROOT / package_dir[package] / Path(*parts[n:])
-        candidates = [target / "__init__.py"]
-        if n < len(parts):
-            candidates.append(target.with_suffix(".py"))
-        return next((c for c in candidates if c.is_file()), None)
-    return None
-
-
 def _defines(tree: ast.Module, name: str) -> bool:
     """Whether a module binds ``name`` at its top level (def, class, assignment, import)."""
     bound: set[str] = set()
@@ -225,7 +207,7 @@ def _defines(tree: ast.Module, name: str) -> bool:
 def test_scheduler_cls_is_a_module_the_runtime_image_installs() -> None:
     module, _, attribute = SCHEDULER_CLS.rpartition(".")
     assert module.startswith("specdeploy.runtime."), SCHEDULER_CLS
-    path = _module_path(module)
+    path = module_path(module)
     assert path is not None, f"{module} has no source"
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     assert package in PYPROJECT["tool"]["setuptools"]["packages"], (
@@ -234,69 +216,25 @@ def test_scheduler_cls_is_a_module_the_runtime_image_installs() -> None:
     assert _defines(ast.parse(path.read_text()), attribute), f"{path} does not define {attribute}"
 
 
-class _Imports(ast.NodeVisitor):
-    """Absolute names imported by one module, lazy ones included, TYPE_CHECKING ones not."""
-
-    def __init__(self, module: str, is_package: bool) -> None:
-        self.package = module if is_package else module.rpartition(".")[0]
-        self.names: list[str] = []
-
-    def visit_If(self, node: ast.If) -> None:
-        test = node.test
-        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-        ):
-            for child in node.orelse:
-                self.visit(child)
-            return
-        self.generic_visit(node)
-
-    def visit_Import(self, node: ast.Import) -> None:
-        self.names.extend(a.name for a in node.names)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level:
-            base = self.package.split(".")
-            base = base[: len(base) - (node.level - 1)]
-            module = ".".join([*base, node.module] if node.module else base)
-        else:
-            module = node.module or ""
-        self.names.append(module)
-        self.names.extend(f"{module}.{a.name}" for a in node.names)
-
-
 def addon_imports() -> Iterator[tuple[str, str]]:
     """(importing module, third-party top-level name) over the add-on's import graph."""
     addon = SCHEDULER_CLS.rpartition(".")[0]
     roots = ["specdeploy.runtime", "specdeploy.runtime.policy", addon]
-    addon_init = _module_path(addon)
+    addon_init = module_path(addon)
     if addon_init is not None:  # every module of the add-on's package
         addon_dir = addon_init.parent
         roots.extend(
             f"{addon}.{p.stem}" for p in sorted(addon_dir.glob("*.py")) if p.stem != "__init__"
         )
-    seen: set[str] = set()
-    todo = [r for r in roots if _module_path(r) is not None]
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        path = _module_path(module)
-        assert path is not None
-        visitor = _Imports(module, path.name == "__init__.py")
-        visitor.visit(ast.parse(path.read_text()))
-        for name in visitor.names:
-            top = name.split(".")[0]
-            if top == "specdeploy":
-                if _module_path(name) is not None:
-                    todo.append(name)
-            elif top and top not in sys.stdlib_module_names:
-                yield module, top
+    for module, name in closure(r for r in roots if module_path(r) is not None):
+        top = name.split(".")[0]
+        if top and top != "specdeploy" and top not in sys.stdlib_module_names:
+            yield module, top
 
 
 def test_addon_imports_only_what_the_vllm_image_provides() -> None:
     assert "matplotlib" not in PROVIDED_BY_VLLM_IMAGE
+    assert "kubernetes" not in PROVIDED_BY_VLLM_IMAGE  # the API client stays out of engine-core
     missing = sorted(
         {f"{m} imports {t}" for m, t in addon_imports() if t not in PROVIDED_BY_VLLM_IMAGE}
     )

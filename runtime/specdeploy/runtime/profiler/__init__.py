@@ -8,6 +8,6 @@ Map: ``run`` (one run end to end, exit codes) -> ``search`` (which cells)
 -> ``grid`` (measured cells, pooled acceptance) -> ``sampling`` (when a
 cell is stable) -> a backend (``sim_backend``, ``vllm_backend`` built via
 ``backends``); then ``document`` (the SpeculationProfile) and ``writer``
-(file or Kubernetes API through ``kube``). Around them: ``datasets``
+(file, or the Kubernetes API through ``specdeploy.runtime.kube``). Around them: ``datasets``
 (prompts), ``progress``, ``termination`` and ``exit_codes``.
 """

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from pydantic.alias_generators import to_camel
 
+from specdeploy.runtime.kube.client import Client
+from specdeploy.runtime.kube.config import in_cluster
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.profiler.backend import (
     EngineOptions,
@@ -33,7 +35,6 @@ from specdeploy.runtime.profiler.document import SEARCH_ANNOTATION, build_profil
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, ExitCode, invalid_arguments
 from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE
-from specdeploy.runtime.profiler.kube import KubeClient, KubeConfig, in_cluster
 from specdeploy.runtime.profiler.progress import Progress, duration
 from specdeploy.runtime.profiler.sampling import Sampling
 from specdeploy.runtime.profiler.search import SearchMode, run_search
@@ -109,25 +110,25 @@ def plan_writers(output: OutputOptions, env: Mapping[str, str]) -> list[ProfileW
     writers: list[ProfileWriter] = []
     if output.out is not None:
         writers.append(FileWriter(output.out))
-    config = in_cluster(env)
+    client = in_cluster(env)
     use_api = output.kubernetes if output.kubernetes is not None else output.out is None
-    if use_api and config is None:
+    if use_api and client is None:
         if output.kubernetes:
             raise invalid_arguments("--kubernetes: not in a pod (no KUBERNETES_SERVICE_HOST)")
         raise invalid_arguments("no output: give --out FILE, or run in a pod")
-    if use_api and config is not None:
-        writers.append(_api_writer(output, env, config))
+    if use_api and client is not None:
+        writers.append(_api_writer(output, env, client))
     return writers
 
 
-def _api_writer(output: OutputOptions, env: Mapping[str, str], config: KubeConfig) -> ApiWriter:
-    namespace = output.namespace or env.get(ENV_NAMESPACE) or config.namespace
+def _api_writer(output: OutputOptions, env: Mapping[str, str], client: Client) -> ApiWriter:
+    namespace = output.namespace or env.get(ENV_NAMESPACE) or client.namespace
     if not namespace:
         raise invalid_arguments(
             f"no namespace for the profile: --namespace, ${ENV_NAMESPACE}, "
             "or the service account's namespace file"
         )
-    return ApiWriter(KubeClient(config), namespace, name=output.name)
+    return ApiWriter(client, namespace, name=output.name)
 
 
 # --- backends --------------------------------------------------------------

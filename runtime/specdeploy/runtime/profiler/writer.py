@@ -25,20 +25,40 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.client import TRANSPORT_ERRORS
+from specdeploy.runtime.kube.requests import JSON, Query, Request, Response
 from specdeploy.runtime.profile import (
     GROUP,
+    KIND,
     PLURAL,
-    VERSION,
     SpeculationProfile,
     dump_profile,
     save_profile,
 )
 from specdeploy.runtime.profiler.exit_codes import output_rejected
-from specdeploy.runtime.profiler.kube import ApiRequest, ApiResponse, KubeClient, KubeUnavailable
 
 VERBS = ("create", "get", "update")
 DETERMINISTIC_STATUSES = frozenset({400, 401, 403, 404, 405, 422})
 RETRIES = 4
+
+
+class KubeUnavailable(RuntimeError):
+    """The API server could not be reached or answered nothing usable (transient)."""
+
+
+class Exchanger(Protocol):
+    """What the writer needs from a client: every status answered (a ``kube.client.Client``)."""
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        content_type: str = JSON,
+        query: Query = (),
+    ) -> tuple[int, bytes]: ...
 
 
 class ProfileWriter(Protocol):
@@ -62,16 +82,13 @@ class FileWriter:
         return str(self.path)
 
 
-def collection_path(namespace: str) -> str:
-    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-
-
-def access_review(namespace: str, verb: str) -> ApiRequest:
+def access_review(namespace: str, verb: str) -> Request:
     """May this identity ``verb`` SpeculationProfiles in ``namespace``?"""
-    return ApiRequest(
+    return Request(
         "POST",
-        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-        {
+        paths.path("SelfSubjectAccessReview"),
+        f"access review for {verb}",
+        body={
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",
             "spec": {
@@ -102,7 +119,7 @@ class ApiWriter:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: Exchanger,
         namespace: str,
         *,
         name: str | None = None,
@@ -137,28 +154,44 @@ class ApiWriter:
             raise ValueError("a profile written through the API needs a name")
         body["metadata"] = {**body["metadata"], "name": name, "namespace": self.namespace}
         where = f"{self.namespace}/{name}"
-        created = self._send(ApiRequest("POST", collection_path(self.namespace), body))
+        collection = paths.path(KIND, self.namespace)
+        created = self._send(Request("POST", collection, f"create {where}", body=body))
         if created.ok:
             return f"{PLURAL}.{GROUP} {where} (created)"
         if created.status != 409:
             self._raise_if_refused(created, f"create {where}")
+        item = paths.path(KIND, self.namespace, name)
         for _ in range(RETRIES):
-            item = f"{collection_path(self.namespace)}/{name}"
-            existing = self._send(ApiRequest("GET", item))
+            existing = self._send(Request("GET", item, f"read {where}"))
             self._raise_if_refused(existing, f"read {where}")
-            put = self._send(ApiRequest("PUT", item, replaced(existing.body, body)))
+            update = replaced(existing.body, body)
+            put = self._send(Request("PUT", item, f"replace {where}", body=update))
             if put.ok:
                 return f"{PLURAL}.{GROUP} {where} (replaced)"
             if put.status != 409:
                 self._raise_if_refused(put, f"replace {where}")
         raise KubeUnavailable(f"replace {where}: still conflicting after {RETRIES} tries")
 
-    def _send(self, request: ApiRequest) -> ApiResponse:
+    def _exchange(self, request: Request) -> Response:
+        """One try; raise KubeUnavailable when no HTTP answer came back."""
+        try:
+            answer = self.client.exchange(
+                request.method,
+                request.path,
+                body=request.body,
+                content_type=request.content_type,
+                query=request.query,
+            )
+        except TRANSPORT_ERRORS as err:
+            raise KubeUnavailable(f"{request.method} {request.path}: {err}") from err
+        return Response.of(*answer)
+
+    def _send(self, request: Request) -> Response:
         """Send with retries on transient answers (429, 5xx, unreachable)."""
         delay = 0.5
         for attempt in range(RETRIES):
             try:
-                response = self.client.send(request)
+                response = self._exchange(request)
             except KubeUnavailable:
                 if attempt == RETRIES - 1:
                     raise
@@ -171,7 +204,7 @@ class ApiWriter:
             delay *= 2
         raise AssertionError("unreachable")
 
-    def _raise_if_refused(self, response: ApiResponse, what: str) -> None:
+    def _raise_if_refused(self, response: Response, what: str) -> None:
         if response.ok:
             return
         if response.status in DETERMINISTIC_STATUSES:

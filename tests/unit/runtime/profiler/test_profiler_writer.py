@@ -1,4 +1,9 @@
-"""Writing the profile through the Kubernetes API, against a fake API server on 127.0.0.1."""
+"""Writing the profile through the Kubernetes API, against a fake API server on 127.0.0.1.
+
+The profiler's pod finds the server and its token as a pod does
+(``specdeploy.runtime.kube.config.in_cluster``, pointed at the fake by
+``$SPECDEPLOY_KUBE_API``), and every request goes through the shared client.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ from typing import Any
 import pytest
 
 from specdeploy.cli import main
+from specdeploy.runtime.kube.client import Client
+from specdeploy.runtime.kube.config import in_cluster
+from specdeploy.runtime.kube.requests import Request
 from specdeploy.runtime.profiler.exit_codes import ExitCode
-from specdeploy.runtime.profiler.kube import ApiRequest, KubeClient, KubeConfig, in_cluster
 from specdeploy.runtime.profiler.writer import ApiWriter, access_review, replaced
 
 TOKEN = "s3cret-token"
@@ -195,11 +202,7 @@ def test_a_wrong_token_is_rejected_deterministically(
 
 
 def test_server_errors_are_retried_then_transient(tmp_path: Path, pod: FakeApi) -> None:
-    writer = ApiWriter(
-        KubeClient(KubeConfig(server=pod.url, token_file=_token(tmp_path))),
-        "inference",
-        sleep=lambda s: None,
-    )
+    writer = ApiWriter(_client(pod.url, tmp_path), "inference", sleep=lambda s: None)
     pod.fail_next = [503, 500]
     writer.check_access()  # two failures, then answered
     assert len(pod.requests) == 5
@@ -224,23 +227,6 @@ def test_an_unreachable_server_is_transient(
 # --- pieces ------------------------------------------------------------------------
 
 
-def test_in_cluster_config_from_the_kubelet_environment(tmp_path: Path) -> None:
-    (tmp_path / "token").write_text("t")
-    (tmp_path / "ca.crt").write_text("not really a cert")
-    (tmp_path / "namespace").write_text("ml\n")
-    env = {
-        "KUBERNETES_SERVICE_HOST": "fd00::1",
-        "KUBERNETES_SERVICE_PORT": "6443",
-        "SPECDEPLOY_SERVICEACCOUNT_DIR": str(tmp_path),
-    }
-    config = in_cluster(env)
-    assert config is not None
-    assert config.server == "https://[fd00::1]:6443"
-    assert config.namespace == "ml" and config.bearer() == "t"
-    assert config.ca_file == tmp_path / "ca.crt"
-    assert in_cluster({}) is None
-
-
 def test_replace_keeps_foreign_metadata_and_lets_ours_win() -> None:
     existing = {"metadata": {"name": "p", "resourceVersion": "3", "labels": {"a": "1", "b": "x"}}}
     body = {"kind": "K", "metadata": {"name": "p", "labels": {"b": "2"}}, "spec": {"s": 1}}
@@ -253,12 +239,13 @@ def test_replace_keeps_foreign_metadata_and_lets_ours_win() -> None:
 
 def test_access_review_is_a_plain_request_value() -> None:
     request = access_review("ns", "create")
-    assert request == ApiRequest("POST", SSAR, request.body)
-    assert request.body is not None
+    assert request == Request("POST", SSAR, "access review for create", body=request.body)
     assert request.body["spec"]["resourceAttributes"]["resource"] == "speculationprofiles"
 
 
-def _token(tmp_path: Path) -> Path:
-    path = tmp_path / "token"
-    path.write_text(TOKEN)
-    return path
+def _client(url: str, tmp_path: Path) -> Client:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    client = in_cluster({"SPECDEPLOY_KUBE_API": url, "SPECDEPLOY_KUBE_TOKEN_FILE": str(token)})
+    assert client is not None
+    return client
