@@ -12,7 +12,6 @@ carries the directory's marker.
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import os
 import shutil
 import ssl
@@ -34,10 +33,6 @@ from specdeploy.runtime.kube import paths
 
 Log = Callable[[str], None]
 READY_TIMEOUT = 90.0
-# The operator (issue 6) is `specdeploy operator run`: `up` starts it as a local
-# process once that command exists, with KUBECONFIG set and kopf's liveness
-# endpoint as its readiness check.
-OPERATOR_COMMAND = "specdeploy.cli.operator"
 
 
 @dataclass(frozen=True)
@@ -175,16 +170,11 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
     log(f"dev: installed {len(manifests)} CRD manifest(s) from {crds}")
 
 
-def operator_component(layout: Layout, ports: Ports) -> Component | None:
-    """The operator as a local process, once it exists (issue 6); None until then."""
-    try:
-        found = importlib.util.find_spec(OPERATOR_COMMAND)
-    except ModuleNotFoundError:
-        found = None
-    if found is None:
-        return None
+def operator_component(layout: Layout, ports: Ports) -> Component:
+    """The operator as a local process; its log has one line per reconcile (``--log-level``)."""
     url = f"http://127.0.0.1:{ports.operator}/healthz"
     argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
+    argv.append("--log-level=debug")
     return Component("operator", argv, url, "none", {"KUBECONFIG": str(layout.kubeconfig())})
 
 
@@ -275,11 +265,8 @@ def _boot(
 
 
 def start_operator(cluster: Cluster, *, log: Log = print) -> None:
-    """Start the operator against ``cluster`` if it exists yet; say so if not."""
+    """Start the operator against ``cluster``."""
     component = operator_component(cluster.layout, cluster.state.ports)
-    if component is None:
-        log(f"dev: operator not started ({OPERATOR_COMMAND} does not exist yet)")
-        return
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
 
 

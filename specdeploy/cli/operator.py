@@ -34,6 +34,12 @@ def register(subparsers: Any) -> None:
         help="kubeconfig file (default: $KUBECONFIG, the pod's ServiceAccount, ~/.kube/config)",
     )
     run.add_argument("--context", help="kubeconfig context (default: the current one)")
+    run.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning"),
+        default="info",
+        help="specdeploy's own log level (debug: one line per reconcile); kopf's stays info",
+    )
     run.set_defaults(handler=_run)
 
     crds = sub.add_parser("crds", help="write the CRDs generated from the API models")
@@ -57,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness,
         kubeconfig=args.kubeconfig,
         context=args.context,
+        log_level=args.log_level,
     )
     return 0
 

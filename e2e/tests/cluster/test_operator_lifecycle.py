@@ -224,6 +224,14 @@ def test_a_second_deployment_with_the_same_fingerprint_creates_no_job(
     assert seen_jobs == []
 
 
+def reconciles_logged(running: cluster.Cluster, namespace: str, name: str, since: int) -> list[str]:
+    """The operator's one-line-per-reconcile log entries for a deployment after byte ``since``."""
+    with running.layout.log("operator").open("rb") as log:
+        log.seek(since)
+        text = log.read().decode(errors="replace")
+    return [line for line in text.splitlines() if f"{namespace}/{name}: reconciled," in line]
+
+
 def test_a_reconcile_with_nothing_to_change_writes_nothing(
     operator: cluster.Cluster, admin: KubeApi, namespace: str
 ) -> None:
@@ -232,14 +240,25 @@ def test_a_reconcile_with_nothing_to_change_writes_nothing(
     before = resource_versions(admin, namespace)
     status_before = status(admin, namespace, "llama-8b-chat")
     events_before = len(admin.items(paths.path("Event", namespace)))
-    # An event on the deployment itself (metadata only) triggers a full reconcile.
+    offset = operator.layout.log("operator").stat().st_size
+    # An event on the deployment itself (metadata only) triggers a full reconcile:
+    # wait for the operator to say it ran one, so "nothing written" is not "nothing ran".
     admin.merge_patch(
         sdep_path(namespace, "llama-8b-chat"), {"metadata": {"annotations": {"poke": "1"}}}
     )
-    time.sleep(5)
+    lines = wait_for(
+        lambda: reconciles_logged(operator, namespace, "llama-8b-chat", offset) or None,
+        what="the operator to reconcile after the poke",
+        timeout=30,
+    )
+    assert all("reconciled, 0 request(s), phase Ready" in line for line in lines), lines
     assert resource_versions(admin, namespace) == before
     assert status(admin, namespace, "llama-8b-chat") == status_before
     assert len(admin.items(paths.path("Event", namespace))) == events_before
+    # kopf writes nothing of its own either: only event handlers are registered.
+    meta = admin.get(sdep_path(namespace, "llama-8b-chat"))["metadata"]
+    assert not meta.get("finalizers")
+    assert not [a for a in meta.get("annotations", {}) if "kopf" in a]
 
 
 # --- spec changes ------------------------------------------------------------

@@ -28,11 +28,13 @@ def run(
     liveness_endpoint: str | None = None,
     kubeconfig: Path | None = None,
     context: str | None = None,
+    log_level: str = "info",
 ) -> None:
     """Run until interrupted; watch ``namespaces`` (empty: the whole cluster)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("specdeploy").setLevel(log_level.upper())
     client = k8s.connect(kubeconfig, context)
     registry = kopf.OperatorRegistry()
     reconciler = Reconciler(

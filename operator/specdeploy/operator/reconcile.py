@@ -52,4 +52,11 @@ def reconcile_once(
     for req in requests:
         log.info("%s/%s: %s", namespace, name, req.what)
     k8s.send(api, requests)
+    log.debug(
+        "%s/%s: reconciled, %d request(s), phase %s",
+        namespace,
+        name,
+        len(requests),
+        decision.status.get("phase"),
+    )
     return Result(tuple(requests), decision.status.get("phase"))

