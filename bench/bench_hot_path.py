@@ -34,8 +34,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from specdeploy.runtime.goodput import conditional_counts
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
-from specdeploy.runtime.policy.base import conditional_counts
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.profile import load_profile
 from specdeploy.runtime.schedule import derive_schedule

@@ -9,6 +9,14 @@ position was, so
     goodput(bs, K) = AL(K) / ITL(bs, K)              (tokens/s per sequence)
 
 Nothing here knows about batches or hardware: those enter through ITL.
+
+Denominators: ``drafted[i]`` counts sequences whose draft position ``i + 1``
+was verified *and* whose positions ``1..i`` were all accepted, so that
+``accepted[i] / drafted[i]`` estimates the conditional acceptance a_{i+1}
+(``conditional_counts`` is the reference definition; the add-on's fast
+version, ``vllm_addon.steps.conditional_from_drafts``, is property-tested
+against it). vLLM's own per-position metric divides by all drafts instead,
+which is biased as soon as K varies between steps.
 """
 
 from __future__ import annotations
@@ -69,3 +77,21 @@ def per_position_from_counts(
     p = np.asarray(prior, dtype=np.float64)
     result: FloatArray = (a + prior_weight * p) / (d + prior_weight)
     return np.clip(result, 0.0, 1.0)
+
+
+def conditional_counts(accepted_per_seq: Sequence[int], k: int) -> tuple[list[int], list[int]]:
+    """Per-position (drafted, accepted) with correct denominators from per-sequence counts.
+
+    ``accepted_per_seq[j]`` is how many of sequence j's K drafts were accepted
+    (a prefix, as in verification). Position i (1-based) was "drafted" for a
+    sequence when K >= i and its first i-1 drafts were accepted.
+    """
+    drafted = [0] * k
+    accepted = [0] * k
+    for n in accepted_per_seq:
+        n = min(n, k)
+        for i in range(min(n + 1, k)):
+            drafted[i] += 1
+        for i in range(n):
+            accepted[i] += 1
+    return drafted, accepted

@@ -75,7 +75,7 @@ class AcceptanceEstimator:
         self._pending_accepted = [0] * self.positions
 
     def add(self, drafted: Sequence[int], accepted: Sequence[int]) -> None:
-        """One step's per-position counts (correct denominators, see kpolicy)."""
+        """One step's per-position counts (correct denominators, see ``policy.base``)."""
         if len(drafted) > self.positions:  # never from a well-behaved engine
             drafted = drafted[: self.positions]
         pending_d = self._pending_drafted

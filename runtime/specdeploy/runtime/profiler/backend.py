@@ -41,7 +41,7 @@ class CellSample:
 
     ``drafted[i]`` counts sequences whose draft position i+1 was verified
     with positions 1..i all accepted; ``accepted[i]`` how many of those
-    accepted position i+1 (kpolicy.py explains the denominators).
+    accepted position i+1 (policy/base.py explains the denominators).
     """
 
     batch_size: int

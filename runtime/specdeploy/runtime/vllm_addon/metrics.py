@@ -9,7 +9,7 @@ telemetry loop can aggregate per pool with PromQL.
 Per step this costs a handful of dictionary lookups and lock-protected
 increments (a few microseconds); label children are bound once and cached.
 
-Acceptance counters use conditional denominators (``kpolicy``):
+Acceptance counters use conditional denominators (``policy.base``):
 ``specdeploy_accepted_tokens_total{position="i"} /
 specdeploy_draft_tokens_total{position="i"}`` is a_i, the probability that
 draft i is accepted given drafts 1..i-1 were.

@@ -23,7 +23,7 @@ the environment wins over the file):
 ``SPECDEPLOY_ALLOWED_K``      the K values the policy may use: empty (default) for
                               the K values of the table vLLM started with (the
                               CUDA-graph shapes), ``all`` for 0..maxK, or ``0,1,3``
-``SPECDEPLOY_ADAPTIVE``       JSON object of AdaptiveConfig fields (policy_config.py)
+``SPECDEPLOY_ADAPTIVE``       JSON object of AdaptiveConfig fields (policy/config.py)
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ def verified_width(scheduler_output: Any) -> int:
 def conditional_from_drafts(
     pairs: Sequence[tuple[int, int]], k: int
 ) -> tuple[list[int], list[int]]:
-    """Per-position counts with conditional denominators (see ``kpolicy``).
+    """Per-position counts with conditional denominators (see ``policy.base``).
 
     ``pairs`` holds (drafted, accepted) per sequence and step; position i
     (1-based) counts as drafted when the sequence had at least i drafts and

@@ -16,9 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
+from specdeploy.runtime.goodput import FloatArray, acceptance_lengths, conditional_counts
 from specdeploy.runtime.policy import AdaptiveConfig, AdaptivePolicy, TablePolicy
-from specdeploy.runtime.policy.base import conditional_counts
 
 MAX_BS, MAX_K = 256, 5
 PRIOR = [0.8] * MAX_K

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specdeploy.runtime.policy.base import conditional_counts
+from specdeploy.runtime.goodput import conditional_counts
 from specdeploy.runtime.profiler import vllm_backend as vb
 from specdeploy.runtime.profiler.backend import EngineOptions
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure
@@ -29,7 +29,7 @@ def test_conditional_counts_need_earlier_positions_accepted() -> None:
     assert accepted == [2, 1, 1]
 
 
-def test_conditional_counts_match_kpolicy_when_every_position_is_drafted() -> None:
+def test_conditional_counts_match_the_reference_when_every_position_is_drafted() -> None:
     per_seq = [0, 1, 2, 3, 3, 1]
     assert conditional_from_drafts([(3, a) for a in per_seq], k=3) == conditional_counts(per_seq, 3)
 

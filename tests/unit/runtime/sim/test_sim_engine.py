@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from specdeploy.runtime.goodput import acceptance_length
-from specdeploy.runtime.policy.base import KPolicy, conditional_counts
+from specdeploy.runtime.goodput import acceptance_length, conditional_counts
+from specdeploy.runtime.policy.base import KPolicy
 from specdeploy.runtime.policy.static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
 from specdeploy.runtime.sim.engine import EngineConfig, simulate
@@ -49,7 +49,7 @@ class Recording:
         self.calls.append((batch_size, k, step_seconds, list(drafted), list(accepted)))
 
 
-def test_fixed_k_is_a_kpolicy() -> None:
+def test_fixed_k_is_a_k_policy() -> None:
     assert isinstance(FixedPolicy(3), KPolicy)
     assert isinstance(Recording(), KPolicy)
 
@@ -141,7 +141,7 @@ def test_policy_sees_batch_size_and_conditional_counts() -> None:
 
 
 def test_engine_counts_match_the_reference_conditional_counts() -> None:
-    # Rebuild per-sequence accepted counts from the counts and compare with kpolicy's helper.
+    # Rebuild per-sequence accepted counts from the counts and compare with policy.base's helper.
     policy = Recording(ks=(4,))
     LLAMA.simulate(policy, ClosedLoop(8), steps=50, seed=8)
     for _, k, _, drafted, accepted in policy.calls:
