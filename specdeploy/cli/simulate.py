@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specdeploy.cli.plots import missing_plots
+
 DEFAULT_POLICIES = "vanilla,fixed:3,table,adaptive,oracle"
 DEFAULT_BATCH_SIZES = "1,2,4,8,16,32,64,128,256"
 SCENARIOS = ("steady", "drift", "oscillate")
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name:<16} {get_preset(name).description}")
         return 0
     try:
+        if args.plot and (missing := missing_plots()):
+            raise ValueError(missing)
         if not args.preset:
             raise ValueError("--preset: required (see --list-presets)")
         if args.steps < 100 or args.warmup_steps < 0:

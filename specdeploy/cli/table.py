@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from specdeploy.cli.plots import missing_plots
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import (
     ProfileError,
@@ -179,6 +180,9 @@ def show_text(doc: SpeculationProfile, max_batch_size: int | None = None) -> str
 
 
 def run_show(args: argparse.Namespace) -> int:
+    if args.plot is not None and (missing := missing_plots()):
+        print(f"specdeploy table show: {missing}", file=sys.stderr)
+        return EXIT_INVALID
     doc = _load(args.file)
     if doc is None:
         return EXIT_INVALID

@@ -144,3 +144,21 @@ def test_drift_profiles_move_the_first_position_from_08_to_05() -> None:
     assert before.per_position[0] == pytest.approx(0.8)
     assert after.per_position[0] == pytest.approx(0.5)
     assert after.per_position[1] < before.per_position[1]
+
+
+def test_plot_without_matplotlib_is_a_usage_error_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "matplotlib" else real(name, *a),
+    )
+    code = main(["simulate", "--preset", "seed-dense", "--plot", str(tmp_path / "x.png")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "matplotlib" in err and "specdeploy[plots]" in err
+    assert not (tmp_path / "x.png").exists()
