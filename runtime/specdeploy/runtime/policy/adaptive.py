@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specdeploy.runtime.goodput import acceptance_lengths
+from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.policy.estimators import (
     AcceptanceEstimator,
@@ -183,16 +184,10 @@ class AdaptivePolicy:
                 return best
         return cur
 
-    def observe(
-        self,
-        batch_size: int,
-        k: int,
-        step_seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
+    def observe(self, step: StepRecord) -> None:
         """Take one finished step in; rebuild the table every ``recompute_interval`` steps."""
-        self._acceptance.add(drafted, accepted)
+        batch_size, k, step_seconds = step.batch_size, step.k, step.step_seconds
+        self._acceptance.add(step.reached, step.accepted)
         if step_seconds is not None:
             self._itl.add(batch_size, k, step_seconds * 1000.0)
         if 0 <= k < len(self._last_seen):

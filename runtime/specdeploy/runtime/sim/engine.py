@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from specdeploy.runtime.policy.base import KPolicy
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.sim.acceptance import AcceptanceModel
 from specdeploy.runtime.sim.costs import StepCost
 from specdeploy.runtime.sim.workload import (
@@ -422,7 +422,21 @@ class _Run:
             acc_total = sum(i * h for i, h in enumerate(hist)) if k else 0
             rec.step(bs, k, dt, tokens, end, n_dec, prefill_tokens, acc_total)
         if self.policy is not None:
-            self.policy.observe(bs, k, dt, drafted, accepted)
+            self.policy.observe(
+                StepRecord(
+                    bs,
+                    k,
+                    dt,
+                    reached=drafted,
+                    proposed=drafted,
+                    accepted=accepted,
+                    decode_sequences=n_dec,
+                    verified_tokens=n_dec * (k + 1),
+                    context_tokens=int(s.ctx[decoding].sum()),
+                    offered=[n_dec] * k,
+                    scheduled=[n_dec] * k,
+                )
+            )
         self.step_index += 1
 
     def _finish(self, counted: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from specdeploy.runtime.policy import static_lookup
-from specdeploy.runtime.policy.base import KPolicy
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
 from specdeploy.runtime.sim.compare import Comparison, PolicyResult
@@ -45,14 +45,7 @@ class StepSwitchK:
     def choose_k(self, batch_size: int) -> int:
         return self.before if self._steps < self.switch_step else self.after
 
-    def observe(
-        self,
-        batch_size: int,
-        k: int,
-        step_seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
+    def observe(self, step: StepRecord) -> None:
         self._steps += 1
 
 

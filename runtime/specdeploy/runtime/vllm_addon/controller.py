@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 from specdeploy.runtime.vllm_addon.steps import conditional_from_drafts
 from specdeploy.runtime.vllm_addon.table_source import EngineShape, LoadedTable, clamp_map
@@ -89,7 +90,7 @@ class KController:
         policy = None if table is None else table.policy
         if policy is not None:
             try:
-                policy.observe(batch_size, k, seconds, drafted, accepted)
+                policy.observe(StepRecord(batch_size, k, seconds, drafted, drafted, accepted))
             except Exception:
                 self._policy_failed("observe")
         self.steps += 1

@@ -17,7 +17,7 @@ from specdeploy.runtime.policy import (
     build_policy,
     static_lookup,
 )
-from specdeploy.runtime.policy.base import KPolicy
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.profile import load_profile
 from specdeploy.runtime.schedule import expand_lookup, itl_grid, k_values
 from tests.paths import EXAMPLES
@@ -39,7 +39,7 @@ def small_grid() -> FloatArray:
 
 def test_vanilla_never_speculates_and_learns_nothing() -> None:
     policy = VanillaPolicy()
-    policy.observe(4, 3, 0.01, [4, 3, 2], [3, 2, 1])
+    policy.observe(StepRecord(4, 3, 0.01, [4, 3, 2], [4, 3, 2], [3, 2, 1]))
     assert policy.name == "vanilla"
     assert {policy.choose_k(bs) for bs in range(0, 600)} == {0}
 

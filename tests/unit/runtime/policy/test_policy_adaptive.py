@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from specdeploy.runtime.goodput import FloatArray, acceptance_lengths, conditional_counts
 from specdeploy.runtime.policy import AdaptiveConfig, AdaptivePolicy, TablePolicy
+from specdeploy.runtime.policy.base import StepRecord
 
 MAX_BS, MAX_K = 256, 5
 PRIOR = [0.8] * MAX_K
@@ -61,7 +62,7 @@ class Engine:
             alive = int(self.rng.binomial(alive, rates[i]))
             accepted[i] = alive
         seconds = float(self.grid[min(batch_size, MAX_BS), k]) / 1e3
-        self.policy.observe(batch_size, k, seconds, drafted, accepted)
+        self.policy.observe(StepRecord(batch_size, k, seconds, drafted, drafted, accepted))
         return k
 
     def run(
@@ -206,7 +207,7 @@ def test_unobserved_positions_fall_back_on_the_prior() -> None:
     policy = AdaptivePolicy(dense_grid(), prior, config=config)
     assert policy.estimates().acceptance == tuple(prior)
     for _ in range(200):
-        policy.observe(8, 2, None, [8, 4], [4, 1])
+        policy.observe(StepRecord(8, 2, None, [8, 4], [8, 4], [4, 1]))
     acceptance = policy.estimates().acceptance
     assert acceptance[0] < 0.6
     assert acceptance[1] < 0.4
@@ -218,7 +219,7 @@ def test_shared_drift_shifts_unobserved_positions_the_same_way() -> None:
     prior = [0.9, 0.8, 0.7, 0.6, 0.5]
     policy = AdaptivePolicy(dense_grid(), prior, config=NO_EXPLORATION)
     for _ in range(200):
-        policy.observe(8, 2, None, [8, 4], [4, 1])
+        policy.observe(StepRecord(8, 2, None, [8, 4], [8, 4], [4, 1]))
     estimates = policy.estimates()
     assert estimates.acceptance_drift < -1.0
     assert all(a < p for a, p in zip(estimates.acceptance[2:], prior[2:], strict=True))
@@ -249,7 +250,7 @@ def test_corrections_are_shared_with_cells_never_observed() -> None:
     policy = AdaptivePolicy(dense_grid(), PRIOR, config=NO_EXPLORATION)
     grid = dense_grid()
     for _ in range(policy.config.recompute_interval):
-        policy.observe(1, 5, 1.5 * grid[1, 5] / 1e3, [], [])
+        policy.observe(StepRecord(1, 5, 1.5 * grid[1, 5] / 1e3, [], [], []))
     corrections = policy.estimates().itl_correction
     assert corrections[(1, 1, 5)] == pytest.approx(1.5, abs=0.05)
     assert corrections[(2, 2, 5)] > 1.35  # the neighbouring bucket
@@ -261,8 +262,8 @@ def test_corrections_are_shared_with_cells_never_observed() -> None:
 def test_corrections_are_bounded_and_ignore_untimed_steps() -> None:
     policy = AdaptivePolicy(dense_grid(), PRIOR, config=NO_EXPLORATION)
     for _ in range(200):
-        policy.observe(8, 2, 100.0, [8, 6], [6, 4])
-        policy.observe(9, 3, None, [8, 6, 4], [6, 4, 2])
+        policy.observe(StepRecord(8, 2, 100.0, [8, 6], [8, 6], [6, 4]))
+        policy.observe(StepRecord(9, 3, None, [8, 6, 4], [8, 6, 4], [6, 4, 2]))
     corrections = policy.estimates().itl_correction
     assert max(corrections.values()) <= policy.config.itl_correction_max
     assert corrections[(5, 8, 2)] == pytest.approx(policy.config.itl_correction_max, abs=0.01)
@@ -306,7 +307,7 @@ def test_exploration_skips_k_observed_recently() -> None:
     config = AdaptiveConfig(explore_interval=20, explore_min_staleness=10_000)
     policy = AdaptivePolicy(grid, PRIOR, config=config)
     for k in range(MAX_K + 1):
-        policy.observe(16, k, None, [], [])
+        policy.observe(StepRecord(16, k, None, [], [], []))
     assert {policy.choose_k(16) for _ in range(2000)} == {3}
     assert policy.exploration_steps == 0
 
@@ -392,7 +393,7 @@ def test_k_is_always_in_the_allowed_set(
     for bs, k, seconds, per_seq in steps:
         assert policy.choose_k(bs) in allowed
         drafted, accepted = conditional_counts(per_seq, k)
-        policy.observe(bs, k, seconds, drafted, accepted)
+        policy.observe(StepRecord(bs, k, seconds, drafted, drafted, accepted))
 
 
 @settings(max_examples=60, deadline=None)
@@ -409,4 +410,4 @@ def test_never_chooses_a_k_below_k0_by_more_than_the_margin(
         assert chosen in report
         assert report[chosen].goodput * (1 + config.switch_margin) >= report[0].goodput
         drafted, accepted = conditional_counts(per_seq, k)
-        policy.observe(bs, k, seconds, drafted, accepted)
+        policy.observe(StepRecord(bs, k, seconds, drafted, drafted, accepted))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specdeploy.runtime.goodput import acceptance_length, conditional_counts
-from specdeploy.runtime.policy.base import KPolicy
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
 from specdeploy.runtime.sim.engine import EngineConfig, simulate
@@ -38,15 +38,10 @@ class Recording:
         self.asked.append(batch_size)
         return self.ks[len(self.asked) % len(self.ks)]
 
-    def observe(
-        self,
-        batch_size: int,
-        k: int,
-        step_seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
-        self.calls.append((batch_size, k, step_seconds, list(drafted), list(accepted)))
+    def observe(self, step: StepRecord) -> None:
+        self.calls.append(
+            (step.batch_size, step.k, step.step_seconds, list(step.reached), list(step.accepted))
+        )
 
 
 def test_fixed_k_is_a_k_policy() -> None:

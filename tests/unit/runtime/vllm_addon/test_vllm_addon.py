@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from specdeploy.runtime.policy.adaptive import AdaptivePolicy
+from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.vllm_addon.assembly import AddonRefused, start_addon
 from specdeploy.runtime.vllm_addon.controller import KController
@@ -241,8 +242,8 @@ def test_steps_feed_the_policy_with_conditional_counts() -> None:
     seen: list[tuple[Any, ...]] = []
 
     class Recording(FixedPolicy):
-        def observe(self, *args: Any) -> None:
-            seen.append(args)
+        def observe(self, step: StepRecord) -> None:
+            seen.append((step.batch_size, step.k, step.step_seconds, step.reached, step.accepted))
 
     c.install(LoadedTable("fixed", Recording(3), (), "", "d"))
     c.step_done(2, 3, 0.02, [(3, 3), (3, 0)])
