@@ -37,11 +37,17 @@ from specdeploy.runtime.profiler.exit_codes import (
 
 @dataclass(frozen=True)
 class CellSample:
-    """One ``measure`` call: per-step seconds and conditional draft counts.
+    """One ``measure`` call: per-step seconds and the draft counts of its steps.
 
-    ``drafted[i]`` counts sequences whose draft position i+1 was verified
-    with positions 1..i all accepted; ``accepted[i]`` how many of those
-    accepted position i+1 (policy/base.py explains the denominators).
+    ``drafted[i]`` counts sequence-steps that reached draft position i+1
+    (positions 1..i all accepted; a position the drafter did not propose
+    counts as reached and rejected, ``goodput.reached_counts``), and
+    ``accepted[i]`` how many of those accepted it. The optional fields carry
+    the rest of ``reached_counts`` and what the cost model needs: totals over
+    the counted steps of the sequence-steps that decoded, the tokens they
+    verified (1 + proposal length each) and the context they read. A backend
+    that predates them leaves them None (every position then counts as
+    proposed, and K + 1 tokens as verified).
     """
 
     batch_size: int
@@ -49,6 +55,12 @@ class CellSample:
     step_seconds: Sequence[float]
     drafted: Sequence[int] = field(default_factory=tuple)
     accepted: Sequence[int] = field(default_factory=tuple)
+    proposed: Sequence[int] | None = None
+    offered: Sequence[int] | None = None
+    scheduled: Sequence[int] | None = None
+    sequence_steps: int | None = None
+    verified_tokens: int | None = None
+    context_tokens: int | None = None
 
 
 class ProfilerBackend(Protocol):
