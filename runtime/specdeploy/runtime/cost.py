@@ -1,25 +1,29 @@
-"""Step cost as a function of what a step does: ITL = alpha(bs) + beta(bs) * T + gamma * C.
+"""Step cost as a function of what a step does: the tokens it verifies and the context it reads.
 
 A step's time depends on the tokens it verifies and the KV it reads, not on
 K as such (DESIGN.md, "The math"): T is the number of tokens verified in the
 step (1 + proposal length per decoding sequence; n-gram drafters propose
-fewer than K tokens, or none), C the context tokens summed over the batch
-(an additive KV cost). Per batch size, ``alpha`` is the fixed part (weights
-read once per step, launches, host work) and ``beta`` the cost per verified
-token; ``gamma`` is the cost per context token, shared by all batch sizes.
+fewer than K tokens, or none), C the context tokens summed over the batch.
 
-``StepCostModel.fit`` estimates the parameters from a profile's cells by
-least squares: at each measured batch size the cells of different K give
-different T (``beta``), and cells at different context lengths give
-``gamma`` when the profile varies the context enough; otherwise ``gamma``
-is 0 and the context of the profile is part of ``alpha``. Between measured
-batch sizes the parameters are interpolated linearly; beyond them held.
+    ITL(bs, T, C) = f_bs(T / bs) + gamma * (C - bs * c_ref)
+
+``f_bs`` is the step time at the profile's reference context ``c_ref`` as a
+function of the tokens verified per sequence: piecewise linear through the
+cells measured at that batch size (each K measured gives one knot; the
+line between knots prices proposals shorter than K, the end slopes
+extrapolate), so the model is exact at every measured cell and keeps the
+kink where verification turns from memory-bound to compute-bound. Between
+measured batch sizes ``f`` is interpolated linearly, beyond them held.
+``gamma`` is the cost per context token (KV reads: additive, shared by all
+batch sizes), fitted by least squares when the profile measured the same
+cells at different contexts (the context axis); otherwise 0, and the
+profile's context is part of ``f``.
 
 ``vanilla`` is plain decoding (no speculation configured), which costs less
 than K=0 with speculation configured (the drafter's sync pass, the
 speculation bookkeeping, piecewise graphs): the profile measures it per
-batch size where it can (``ProfileSpec.baseline``), and the model prices it
-the same way with T = bs.
+batch size where it can (``ProfileSpec.baseline``) and the model shifts it
+by context like the rest.
 
 All times in milliseconds.
 """
@@ -50,27 +54,43 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Knots:
+    """f_bs at one batch size: step time (ms, reference context) at verified tokens per sequence."""
+
+    verified: tuple[float, ...]
+    itl_ms: tuple[float, ...]
+
+    def at(self, verified: float) -> float:
+        """Piecewise linear through the knots, extrapolated with the end slopes."""
+        v, y = self.verified, self.itl_ms
+        if len(v) == 1:
+            return y[0]
+        if verified <= v[0]:
+            slope = (y[1] - y[0]) / (v[1] - v[0])
+            return y[0] + slope * (verified - v[0])
+        if verified >= v[-1]:
+            slope = (y[-1] - y[-2]) / (v[-1] - v[-2])
+            return y[-1] + slope * (verified - v[-1])
+        return float(np.interp(verified, v, y))
+
+
+@dataclass(frozen=True)
 class StepCostModel:
-    """ITL(bs, T, C) in ms; parameters at the measured batch sizes (module docstring)."""
+    """ITL(bs, T, C) in ms (module docstring)."""
 
     sizes: tuple[int, ...]
-    alpha: tuple[float, ...]
-    beta: tuple[float, ...]
+    knots: tuple[Knots, ...]
     gamma: float
     reference_context: float
-    """The mean context per sequence the profile was measured at (the serving
-    context when nothing live is known)."""
+    """The mean context per sequence ``knots`` hold (the serving context when
+    nothing live is known)."""
     vanilla_sizes: tuple[int, ...] = ()
     vanilla_ms: tuple[float, ...] = ()
     """Plain decoding's step time at ``vanilla_sizes`` and ``reference_context`` (ms)."""
 
     def __post_init__(self) -> None:
-        if (
-            not self.sizes
-            or len(self.sizes) != len(self.alpha)
-            or len(self.alpha) != len(self.beta)
-        ):
-            raise ValueError("sizes, alpha and beta must be non-empty and of equal length")
+        if not self.sizes or len(self.sizes) != len(self.knots):
+            raise ValueError("sizes and knots must be non-empty and of equal length")
         if list(self.sizes) != sorted(set(self.sizes)):
             raise ValueError("sizes must be strictly increasing")
         if len(self.vanilla_sizes) != len(self.vanilla_ms):
@@ -80,58 +100,49 @@ class StepCostModel:
 
     @classmethod
     def fit(cls, cells: Sequence[Cell], vanilla: Sequence[tuple[int, float]] = ()) -> StepCostModel:
-        """Least squares over the cells (module docstring); ``vanilla`` is (bs, itl_ms)."""
+        """From measured cells (module docstring); ``vanilla``: (bs, itl_ms) at their context."""
         if not cells:
             raise ValueError("no cells to fit")
         contexts = [c.context_per_sequence for c in cells]
         reference = float(np.average(contexts, weights=[c.weight for c in cells]))
-        fit_gamma = min(contexts) > 0 and max(contexts) / min(contexts) >= MIN_CONTEXT_SPREAD
+        spread = min(contexts) > 0 and max(contexts) / min(contexts) >= MIN_CONTEXT_SPREAD
+        gamma = _fit_gamma(cells) if spread else 0.0
         sizes = sorted({c.batch_size for c in cells})
-        gamma = _fit_gamma(cells, sizes) if fit_gamma else 0.0
-        alpha, beta = [], []
-        for bs in sizes:
-            a, b = _fit_size([c for c in cells if c.batch_size == bs], gamma)
-            alpha.append(a)
-            beta.append(b)
-        beta = _fill_unidentified(sizes, beta)
-        alpha = [
-            _alpha_given_beta([c for c in cells if c.batch_size == bs], b, gamma)
-            for bs, b in zip(sizes, beta, strict=True)
-        ]
-        v_sizes = tuple(bs for bs, _ in sorted(vanilla))
+        knots = tuple(
+            _knots([c for c in cells if c.batch_size == bs], gamma, reference) for bs in sizes
+        )
+        ordered = sorted(vanilla)
         return cls(
             sizes=tuple(sizes),
-            alpha=tuple(alpha),
-            beta=tuple(beta),
+            knots=knots,
             gamma=gamma,
             reference_context=reference,
-            vanilla_sizes=v_sizes,
-            vanilla_ms=tuple(itl for _, itl in sorted(vanilla)),
+            vanilla_sizes=tuple(bs for bs, _ in ordered),
+            vanilla_ms=tuple(itl for _, itl in ordered),
         )
 
     # --- prediction -------------------------------------------------------------
 
-    def parameters(self, batch_size: float) -> tuple[float, float]:
-        """(alpha, beta) at a batch size: interpolated, held beyond the measured span."""
-        return (
-            float(np.interp(batch_size, self.sizes, self.alpha)),
-            float(np.interp(batch_size, self.sizes, self.beta)),
-        )
+    def at_reference(self, batch_size: float, verified_per_sequence: float) -> float:
+        """f(bs, v): step time at the reference context, interpolated between measured sizes."""
+        sizes = self.sizes
+        if batch_size <= sizes[0]:
+            return self.knots[0].at(verified_per_sequence)
+        if batch_size >= sizes[-1]:
+            return self.knots[-1].at(verified_per_sequence)
+        j = int(np.searchsorted(sizes, batch_size))
+        lo, hi = sizes[j - 1], sizes[j]
+        w = (batch_size - lo) / (hi - lo)
+        a = self.knots[j - 1].at(verified_per_sequence)
+        b = self.knots[j].at(verified_per_sequence)
+        return (1.0 - w) * a + w * b
 
     def itl_ms(self, batch_size: float, verified_tokens: float, context_tokens: float) -> float:
         """Step time for ``verified_tokens`` and ``context_tokens`` summed over the batch."""
-        alpha, beta = self.parameters(batch_size)
-        return alpha + beta * verified_tokens + self.gamma * context_tokens
-
-    def speculative_itl_ms(
-        self, batch_size: float, verified_per_sequence: float, context_per_sequence: float
-    ) -> float:
-        """Step time with speculation configured, from per-sequence means."""
-        return self.itl_ms(
-            batch_size,
-            batch_size * verified_per_sequence,
-            batch_size * context_per_sequence,
-        )
+        bs = max(batch_size, 1.0)
+        base = self.at_reference(bs, verified_tokens / bs)
+        shift = self.gamma * (context_tokens - bs * self.reference_context)
+        return max(base + shift, 1e-6)
 
     def vanilla_itl_ms(self, batch_size: float, context_per_sequence: float) -> float | None:
         """Plain decoding's step time (None where the profile has no baseline)."""
@@ -152,76 +163,56 @@ class StepCostModel:
 
         ``survival[i-1]`` is P(proposal length >= i) (``goodput.verified_per_sequence``).
         """
-        ctx = self.reference_context if context_per_sequence is None else context_per_sequence
-        sizes = np.arange(max_batch_size + 1, dtype=np.float64)
-        alpha = np.interp(sizes, self.sizes, self.alpha)
-        beta = np.interp(sizes, self.sizes, self.beta)
-        verified = np.ones(max_k + 1)
+        verified = [1.0]
         for k in range(1, max_k + 1):
             s = survival[k - 1] if k - 1 < len(survival) else (survival[-1] if survival else 1.0)
-            verified[k] = verified[k - 1] + s
-        grid = (
-            alpha[:, None]
-            + beta[:, None] * sizes[:, None] * verified[None, :]
-            + self.gamma * sizes[:, None] * ctx
-        )
-        grid[0] = np.nan
+            verified.append(verified[-1] + s)
+        return self.grid_at(max_batch_size, verified, context_per_sequence)
+
+    def grid_at(
+        self,
+        max_batch_size: int,
+        verified_per_sequence: Sequence[float],
+        context_per_sequence: float | None = None,
+    ) -> FloatArray:
+        """ITL in ms at the given verified tokens per sequence (one column each); row 0 NaN."""
+        ctx = self.reference_context if context_per_sequence is None else context_per_sequence
+        sizes = np.arange(max_batch_size + 1, dtype=np.float64)
+        grid = np.empty((max_batch_size + 1, len(verified_per_sequence)))
+        for j, v in enumerate(verified_per_sequence):
+            at_sizes = [k.at(v) for k in self.knots]
+            grid[:, j] = np.interp(sizes, self.sizes, at_sizes)
+        grid += (self.gamma * sizes * (ctx - self.reference_context))[:, None]
         result: FloatArray = np.maximum(grid, 1e-6)
         result[0] = np.nan
         return result
 
 
-def _fit_gamma(cells: Sequence[Cell], sizes: list[int]) -> float:
-    """gamma from all cells jointly: per-size alpha and beta, one shared context slope."""
-    index = {bs: i for i, bs in enumerate(sizes)}
-    rows, target, weights = [], [], []
-    for c in cells:
-        row = np.zeros(2 * len(sizes) + 1)
-        i = index[c.batch_size]
-        row[2 * i] = 1.0
-        row[2 * i + 1] = c.batch_size * c.verified_per_sequence
-        row[-1] = c.batch_size * c.context_per_sequence
-        rows.append(row)
-        target.append(c.itl_ms)
-        weights.append(c.weight)
-    x = np.array(rows)
-    y = np.array(target)
-    w = np.sqrt(np.array(weights))
+def _fit_gamma(cells: Sequence[Cell]) -> float:
+    """gamma from all cells jointly: one intercept per (batch size, K) knot, one context slope."""
+    keys = sorted({(c.batch_size, round(c.verified_per_sequence, 6)) for c in cells})
+    index = {key: i for i, key in enumerate(keys)}
+    x = np.zeros((len(cells), len(keys) + 1))
+    y = np.zeros(len(cells))
+    w = np.zeros(len(cells))
+    for row, c in enumerate(cells):
+        x[row, index[(c.batch_size, round(c.verified_per_sequence, 6))]] = 1.0
+        x[row, -1] = c.batch_size * c.context_per_sequence
+        y[row] = c.itl_ms
+        w[row] = np.sqrt(c.weight)
     solution, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
     return max(float(solution[-1]), 0.0)
 
 
-def _fit_size(cells: Sequence[Cell], gamma: float) -> tuple[float, float]:
-    """(alpha, beta) at one batch size; beta NaN where the cells verify one T only."""
-    t = np.array([c.batch_size * c.verified_per_sequence for c in cells])
-    y = np.array([c.itl_ms - gamma * c.batch_size * c.context_per_sequence for c in cells])
-    w = np.array([c.weight for c in cells])
-    if np.ptp(t) < 1e-9:
-        return float(np.average(y, weights=w)), float("nan")
-    x = np.stack([np.ones_like(t), t], axis=1)
-    sw = np.sqrt(w)
-    (alpha, beta), *_ = np.linalg.lstsq(x * sw[:, None], y * sw, rcond=None)
-    return float(alpha), max(float(beta), 0.0)
-
-
-def _fill_unidentified(sizes: list[int], beta: list[float]) -> list[float]:
-    """A batch size whose cells verify one T only takes beta from its neighbours."""
-    known = [(bs, b) for bs, b in zip(sizes, beta, strict=True) if np.isfinite(b)]
-    if not known:
-        return [0.0] * len(sizes)
-    xs = [bs for bs, _ in known]
-    ys = [b for _, b in known]
-    return [
-        b if np.isfinite(b) else float(np.interp(bs, xs, ys))
-        for bs, b in zip(sizes, beta, strict=True)
+def _knots(cells: Sequence[Cell], gamma: float, reference: float) -> Knots:
+    """The knots at one batch size: cells moved to the reference context, equal v averaged."""
+    by_v: dict[float, list[tuple[float, float]]] = {}
+    for c in cells:
+        at_ref = c.itl_ms - gamma * c.batch_size * (c.context_per_sequence - reference)
+        by_v.setdefault(round(c.verified_per_sequence, 6), []).append((at_ref, c.weight))
+    verified = sorted(by_v)
+    itl = [
+        float(np.average([v for v, _ in by_v[key]], weights=[w for _, w in by_v[key]]))
+        for key in verified
     ]
-
-
-def _alpha_given_beta(cells: Sequence[Cell], beta: float, gamma: float) -> float:
-    residual = [
-        c.itl_ms
-        - beta * c.batch_size * c.verified_per_sequence
-        - gamma * c.batch_size * c.context_per_sequence
-        for c in cells
-    ]
-    return float(np.average(residual, weights=[c.weight for c in cells]))
+    return Knots(tuple(verified), tuple(max(v, 1e-6) for v in itl))

@@ -158,10 +158,13 @@ def modelled_itl_grid(
     survival: Sequence[float] | None = None,
     context_per_sequence: float | None = None,
 ) -> FloatArray:
-    """ITL in ms from the cost model, shape (max_bs + 1, maxK + 1); NaN for K never measured.
+    """ITL in ms from the cost model, shape (max_bs + 1, maxK + 1); NaN where unavailable.
 
     Only measured K compete (vLLM captures CUDA graphs for the K in its table
-    only); ``survival`` and ``context_per_sequence`` default to the profile's.
+    only), and each only inside the batch sizes it was measured at (as
+    ``itl_grid`` says: guessing beyond them would invent step costs, and a
+    smart search leaves out cells it found losing); ``survival`` and
+    ``context_per_sequence`` default to the profile's.
     """
     rows = _max_batch_size(spec, max_batch_size)
     model = cost_model(spec)
@@ -171,8 +174,7 @@ def modelled_itl_grid(
         proposal_survival(spec) if survival is None else survival,
         context_per_sequence,
     )
-    unmeasured = [k for k in range(grid.shape[1]) if k not in k_values(spec)]
-    grid[:, unmeasured] = np.nan
+    grid[np.isnan(itl_grid(spec, max_batch_size))] = np.nan
     return grid
 
 
@@ -181,25 +183,14 @@ def goodput_grid(
     max_batch_size: int | None = None,
     per_position: Sequence[float] | None = None,
 ) -> FloatArray:
-    """Goodput AL(K) / ITL in tokens/s per sequence, same shape as ``itl_grid``.
+    """Goodput AL(K) / ITL in tokens/s per sequence, shape (max_bs + 1, maxK + 1).
 
-    Acceptance comes from the profile unless ``per_position`` overrides it
-    (live telemetry: acceptance depends on the workload, step cost on the
-    hardware, so the two are merged here). NaN wherever ITL is NaN.
+    ITL from the cost model (``modelled_itl_grid``: exact at measured cells,
+    verified tokens from the profile's proposal lengths); acceptance from the
+    profile unless ``per_position`` overrides it (live telemetry: acceptance
+    depends on the workload, step cost on the hardware, so the two are merged
+    here). NaN for K never measured.
     """
-    rates = spec.acceptance.per_position if per_position is None else per_position
-    itl_ms = itl_grid(spec, max_batch_size)
-    lengths = acceptance_lengths(rates, spec.fingerprint.max_k)
-    result: FloatArray = lengths[np.newaxis, :] / (itl_ms / 1000.0)
-    return result
-
-
-def modelled_goodput_grid(
-    spec: ProfileSpec,
-    max_batch_size: int | None = None,
-    per_position: Sequence[float] | None = None,
-) -> FloatArray:
-    """Goodput with ITL from the cost model (``modelled_itl_grid``); NaN for K never measured."""
     rates = spec.acceptance.per_position if per_position is None else per_position
     itl_ms = modelled_itl_grid(spec, max_batch_size)
     lengths = acceptance_lengths(rates, spec.fingerprint.max_k)
@@ -216,7 +207,7 @@ def vanilla_gain(spec: ProfileSpec, max_batch_size: int | None = None) -> FloatA
     model = cost_model(spec)
     if not model.vanilla_sizes:
         return None
-    goodput = modelled_goodput_grid(spec, max_batch_size)
+    goodput = goodput_grid(spec, max_batch_size)
     rows = goodput.shape[0]
     best = np.nanmax(np.where(np.isnan(goodput), -np.inf, goodput), axis=1)
     gain = np.full(rows, np.nan)
