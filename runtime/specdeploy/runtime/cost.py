@@ -1,36 +1,39 @@
-"""Step cost as a function of what a step does: the tokens it verifies and the context it reads.
+"""Step cost from what a step does: the K scheduled, the tokens verified, the context read.
 
-A step's time depends on the tokens it verifies and the KV it reads, not on
-K as such (DESIGN.md, "The math"): T is the number of tokens verified in the
-step (1 + proposal length per decoding sequence; n-gram drafters propose
-fewer than K tokens, or none), C the context tokens summed over the batch.
+    ITL(bs, K, T, C) = f_K(bs) + beta(bs) * (T - bs * v_K(bs)) + gamma * (C - bs * c_ref)
 
-    ITL(bs, T, C) = f_bs(T / bs) + gamma * (C - bs * c_ref)
+``f_K(bs)`` is the step time the profile measured at K (interpolated
+linearly between the batch sizes K was measured at, as ``schedule.itl_grid``
+does), with ``v_K`` the tokens a sequence verified per step in those cells.
+It keeps what depends on K itself: the drafter's passes (an EAGLE head runs
+K times; an n-gram lookup runs whether or not it finds a match) and the
+kink where verification turns from memory-bound to compute-bound.
 
-``f_bs`` is the step time at the profile's reference context ``c_ref`` as a
-function of the tokens verified per sequence: piecewise linear through the
-cells measured at that batch size (each K measured gives one knot; the
-line between knots prices proposals shorter than K, the end slopes
-extrapolate), so the model is exact at every measured cell and keeps the
-kink where verification turns from memory-bound to compute-bound. Between
-measured batch sizes ``f`` is interpolated linearly, beyond them held.
-``gamma`` is the cost per context token (KV reads: additive, shared by all
-batch sizes), fitted by least squares when the profile measured the same
-cells at different contexts (the context axis); otherwise 0, and the
-profile's context is part of ``f``.
+The two corrections are what DESIGN.md's "The math" asks for:
+
+* tokens actually verified: a sequence verifies 1 + its proposal length, and
+  n-gram drafters propose fewer than K tokens, or none, at a rate that is a
+  property of the workload. When live proposals are shorter (or longer)
+  than in the profile's cells, the step costs ``beta(bs)`` per verified
+  token less (or more): ``beta`` is the profile's own slope of step time
+  over verified tokens at that batch size.
+* context: KV reads add ``gamma`` per context token (summed over the batch),
+  fitted by least squares when the profile measured cells at different
+  contexts (the context axis); otherwise 0, and the profile's context
+  ``c_ref`` is part of ``f``.
 
 ``vanilla`` is plain decoding (no speculation configured), which costs less
 than K=0 with speculation configured (the drafter's sync pass, the
 speculation bookkeeping, piecewise graphs): the profile measures it per
-batch size where it can (``ProfileSpec.baseline``) and the model shifts it
-by context like the rest.
+batch size where it can (``ProfileSpec.baseline``), shifted by context like
+the rest.
 
 All times in milliseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +50,7 @@ class Cell:
     """One measured cell, as the fit needs it (per-sequence means)."""
 
     batch_size: int
+    k: int
     itl_ms: float
     verified_per_sequence: float
     context_per_sequence: float
@@ -54,47 +58,40 @@ class Cell:
 
 
 @dataclass(frozen=True)
-class Knots:
-    """f_bs at one batch size: step time (ms, reference context) at verified tokens per sequence."""
+class Column:
+    """One K's measurements at the reference context: f_K and v_K at measured sizes."""
 
-    verified: tuple[float, ...]
+    sizes: tuple[int, ...]
     itl_ms: tuple[float, ...]
-
-    def at(self, verified: float) -> float:
-        """Piecewise linear through the knots, extrapolated with the end slopes."""
-        v, y = self.verified, self.itl_ms
-        if len(v) == 1:
-            return y[0]
-        if verified <= v[0]:
-            slope = (y[1] - y[0]) / (v[1] - v[0])
-            return y[0] + slope * (verified - v[0])
-        if verified >= v[-1]:
-            slope = (y[-1] - y[-2]) / (v[-1] - v[-2])
-            return y[-1] + slope * (verified - v[-1])
-        return float(np.interp(verified, v, y))
+    verified: tuple[float, ...]
 
 
 @dataclass(frozen=True)
 class StepCostModel:
-    """ITL(bs, T, C) in ms (module docstring)."""
+    """ITL(bs, K, T, C) in ms (module docstring)."""
 
-    sizes: tuple[int, ...]
-    knots: tuple[Knots, ...]
+    columns: Mapping[int, Column]
+    beta_sizes: tuple[int, ...]
+    beta: tuple[float, ...]
     gamma: float
     reference_context: float
-    """The mean context per sequence ``knots`` hold (the serving context when
+    """The mean context per sequence the columns hold (the serving context when
     nothing live is known)."""
     vanilla_sizes: tuple[int, ...] = ()
     vanilla_ms: tuple[float, ...] = ()
     """Plain decoding's step time at ``vanilla_sizes`` and ``reference_context`` (ms)."""
 
     def __post_init__(self) -> None:
-        if not self.sizes or len(self.sizes) != len(self.knots):
-            raise ValueError("sizes and knots must be non-empty and of equal length")
-        if list(self.sizes) != sorted(set(self.sizes)):
-            raise ValueError("sizes must be strictly increasing")
+        if not self.columns:
+            raise ValueError("columns must not be empty")
+        if len(self.beta_sizes) != len(self.beta) or not self.beta_sizes:
+            raise ValueError("beta_sizes and beta must be non-empty and of equal length")
         if len(self.vanilla_sizes) != len(self.vanilla_ms):
             raise ValueError("vanilla_sizes and vanilla_ms must be of equal length")
+
+    @property
+    def ks(self) -> tuple[int, ...]:
+        return tuple(sorted(self.columns))
 
     # --- fitting --------------------------------------------------------------
 
@@ -107,14 +104,17 @@ class StepCostModel:
         reference = float(np.average(contexts, weights=[c.weight for c in cells]))
         spread = min(contexts) > 0 and max(contexts) / min(contexts) >= MIN_CONTEXT_SPREAD
         gamma = _fit_gamma(cells) if spread else 0.0
+        columns = {
+            k: _column([c for c in cells if c.k == k], gamma, reference)
+            for k in sorted({c.k for c in cells})
+        }
         sizes = sorted({c.batch_size for c in cells})
-        knots = tuple(
-            _knots([c for c in cells if c.batch_size == bs], gamma, reference) for bs in sizes
-        )
+        beta = _beta(columns, sizes)
         ordered = sorted(vanilla)
         return cls(
-            sizes=tuple(sizes),
-            knots=knots,
+            columns=columns,
+            beta_sizes=tuple(sizes),
+            beta=tuple(beta),
             gamma=gamma,
             reference_context=reference,
             vanilla_sizes=tuple(bs for bs, _ in ordered),
@@ -123,26 +123,34 @@ class StepCostModel:
 
     # --- prediction -------------------------------------------------------------
 
-    def at_reference(self, batch_size: float, verified_per_sequence: float) -> float:
-        """f(bs, v): step time at the reference context, interpolated between measured sizes."""
-        sizes = self.sizes
-        if batch_size <= sizes[0]:
-            return self.knots[0].at(verified_per_sequence)
-        if batch_size >= sizes[-1]:
-            return self.knots[-1].at(verified_per_sequence)
-        j = int(np.searchsorted(sizes, batch_size))
-        lo, hi = sizes[j - 1], sizes[j]
-        w = (batch_size - lo) / (hi - lo)
-        a = self.knots[j - 1].at(verified_per_sequence)
-        b = self.knots[j].at(verified_per_sequence)
-        return (1.0 - w) * a + w * b
+    def base(self, batch_size: float, k: int) -> tuple[float, float]:
+        """(f_K(bs), v_K(bs)): the profile's step time and verified tokens per sequence at K.
 
-    def itl_ms(self, batch_size: float, verified_tokens: float, context_tokens: float) -> float:
-        """Step time for ``verified_tokens`` and ``context_tokens`` summed over the batch."""
+        Interpolated between the batch sizes K was measured at, held beyond them
+        (whether a K may be used there at all is the caller's business:
+        ``schedule.modelled_itl_grid`` masks it as ``itl_grid`` does).
+        """
+        column = self.columns.get(k)
+        if column is None:
+            raise KeyError(f"K={k}: not measured (measured: {list(self.ks)})")
+        return (
+            float(np.interp(batch_size, column.sizes, column.itl_ms)),
+            float(np.interp(batch_size, column.sizes, column.verified)),
+        )
+
+    def beta_at(self, batch_size: float) -> float:
+        """The step time per verified token at a batch size (ms)."""
+        return float(np.interp(batch_size, self.beta_sizes, self.beta))
+
+    def itl_ms(
+        self, batch_size: float, k: int, verified_tokens: float, context_tokens: float
+    ) -> float:
+        """Step time at K for ``verified_tokens`` and ``context_tokens`` summed over the batch."""
         bs = max(batch_size, 1.0)
-        base = self.at_reference(bs, verified_tokens / bs)
-        shift = self.gamma * (context_tokens - bs * self.reference_context)
-        return max(base + shift, 1e-6)
+        f, v = self.base(bs, k)
+        shift = self.beta_at(bs) * (verified_tokens - bs * v)
+        shift += self.gamma * (context_tokens - bs * self.reference_context)
+        return max(f + shift, 1e-6)
 
     def vanilla_itl_ms(self, batch_size: float, context_per_sequence: float) -> float | None:
         """Plain decoding's step time (None where the profile has no baseline)."""
@@ -156,32 +164,27 @@ class StepCostModel:
         self,
         max_batch_size: int,
         max_k: int,
-        survival: Sequence[float],
+        verified_per_sequence: Sequence[float] | None = None,
         context_per_sequence: float | None = None,
     ) -> FloatArray:
         """ITL in ms, shape (max_bs + 1, max_k + 1), indexed [batch size, K]; row 0 NaN.
 
-        ``survival[i-1]`` is P(proposal length >= i) (``goodput.verified_per_sequence``).
+        ``verified_per_sequence[k]`` is the tokens a sequence verifies at K
+        (``goodput.verified_per_sequence``); None: as in the profile's cells.
+        Columns of K never measured are NaN.
         """
-        verified = [1.0]
-        for k in range(1, max_k + 1):
-            s = survival[k - 1] if k - 1 < len(survival) else (survival[-1] if survival else 1.0)
-            verified.append(verified[-1] + s)
-        return self.grid_at(max_batch_size, verified, context_per_sequence)
-
-    def grid_at(
-        self,
-        max_batch_size: int,
-        verified_per_sequence: Sequence[float],
-        context_per_sequence: float | None = None,
-    ) -> FloatArray:
-        """ITL in ms at the given verified tokens per sequence (one column each); row 0 NaN."""
         ctx = self.reference_context if context_per_sequence is None else context_per_sequence
         sizes = np.arange(max_batch_size + 1, dtype=np.float64)
-        grid = np.empty((max_batch_size + 1, len(verified_per_sequence)))
-        for j, v in enumerate(verified_per_sequence):
-            at_sizes = [k.at(v) for k in self.knots]
-            grid[:, j] = np.interp(sizes, self.sizes, at_sizes)
+        beta = np.interp(sizes, self.beta_sizes, self.beta)
+        grid = np.full((max_batch_size + 1, max_k + 1), np.nan)
+        for k, column in self.columns.items():
+            if k > max_k:
+                continue
+            f = np.interp(sizes, column.sizes, column.itl_ms)
+            if verified_per_sequence is not None:
+                v = np.interp(sizes, column.sizes, column.verified)
+                f = f + beta * sizes * (verified_per_sequence[k] - v)
+            grid[:, k] = f
         grid += (self.gamma * sizes * (ctx - self.reference_context))[:, None]
         result: FloatArray = np.maximum(grid, 1e-6)
         result[0] = np.nan
@@ -189,14 +192,14 @@ class StepCostModel:
 
 
 def _fit_gamma(cells: Sequence[Cell]) -> float:
-    """gamma from all cells jointly: one intercept per (batch size, K) knot, one context slope."""
-    keys = sorted({(c.batch_size, round(c.verified_per_sequence, 6)) for c in cells})
+    """gamma from all cells jointly: one intercept per (batch size, K), one context slope."""
+    keys = sorted({(c.batch_size, c.k) for c in cells})
     index = {key: i for i, key in enumerate(keys)}
     x = np.zeros((len(cells), len(keys) + 1))
     y = np.zeros(len(cells))
     w = np.zeros(len(cells))
     for row, c in enumerate(cells):
-        x[row, index[(c.batch_size, round(c.verified_per_sequence, 6))]] = 1.0
+        x[row, index[(c.batch_size, c.k)]] = 1.0
         x[row, -1] = c.batch_size * c.context_per_sequence
         y[row] = c.itl_ms
         w[row] = np.sqrt(c.weight)
@@ -204,15 +207,53 @@ def _fit_gamma(cells: Sequence[Cell]) -> float:
     return max(float(solution[-1]), 0.0)
 
 
-def _knots(cells: Sequence[Cell], gamma: float, reference: float) -> Knots:
-    """The knots at one batch size: cells moved to the reference context, equal v averaged."""
-    by_v: dict[float, list[tuple[float, float]]] = {}
+def _column(cells: Sequence[Cell], gamma: float, reference: float) -> Column:
+    """One K's cells moved to the reference context; cells at one size (other contexts) pooled."""
+    by_size: dict[int, list[Cell]] = {}
     for c in cells:
-        at_ref = c.itl_ms - gamma * c.batch_size * (c.context_per_sequence - reference)
-        by_v.setdefault(round(c.verified_per_sequence, 6), []).append((at_ref, c.weight))
-    verified = sorted(by_v)
-    itl = [
-        float(np.average([v for v, _ in by_v[key]], weights=[w for _, w in by_v[key]]))
-        for key in verified
+        by_size.setdefault(c.batch_size, []).append(c)
+    sizes = sorted(by_size)
+    itl, verified = [], []
+    for bs in sizes:
+        group = by_size[bs]
+        weights = [c.weight for c in group]
+        at_ref = [c.itl_ms - gamma * bs * (c.context_per_sequence - reference) for c in group]
+        itl.append(max(float(np.average(at_ref, weights=weights)), 1e-6))
+        v = [c.verified_per_sequence for c in group]
+        verified.append(float(np.average(v, weights=weights)))
+    return Column(tuple(sizes), tuple(itl), tuple(verified))
+
+
+def _beta(columns: Mapping[int, Column], sizes: Sequence[int]) -> list[float]:
+    """Per size, the slope of step time over verified tokens across K >= 1 (>= 0).
+
+    K=0 is left out where two K >= 1 were measured: the step from K=0 to K=1
+    also switches the drafter on, whose pass (an n-gram lookup, a draft
+    model's first forward) does not depend on how many tokens it proposes,
+    so it is not a cost per verified token. At a size with fewer points the
+    slope of the nearest sizes that have one is used; with none anywhere, 0.
+    """
+    slopes: list[float | None] = []
+    for bs in sizes:
+        points = [
+            (k, bs * column.verified[i], column.itl_ms[i])
+            for k, column in columns.items()
+            for i, size in enumerate(column.sizes)
+            if size == bs
+        ]
+        speculative = [p for p in points if p[0] > 0]
+        use = speculative if len({p[1] for p in speculative}) >= 2 else points
+        tokens = np.array([p[1] for p in use])
+        if len(use) < 2 or np.ptp(tokens) < 1e-9:
+            slopes.append(None)
+            continue
+        slope = np.polyfit(tokens, np.array([p[2] for p in use]), 1)[0]
+        slopes.append(max(float(slope), 0.0))
+    known = [(bs, s) for bs, s in zip(sizes, slopes, strict=True) if s is not None]
+    if not known:
+        return [0.0] * len(sizes)
+    xs, ys = [bs for bs, _ in known], [s for _, s in known]
+    return [
+        s if s is not None else float(np.interp(bs, xs, ys))
+        for bs, s in zip(sizes, slopes, strict=True)
     ]
-    return Knots(tuple(verified), tuple(max(v, 1e-6) for v in itl))

@@ -55,7 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from specdeploy.runtime.cost import Cell, StepCostModel
-from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
+from specdeploy.runtime.goodput import FloatArray, acceptance_lengths, verified_per_sequence
 
 if TYPE_CHECKING:
     from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
@@ -134,6 +134,7 @@ def cost_model(spec: ProfileSpec) -> StepCostModel:
     cells = [
         Cell(
             batch_size=m.batch_size,
+            k=m.k,
             itl_ms=m.itl_ms,
             verified_per_sequence=m.verified_tokens if m.verified_tokens else 1.0 + m.k,
             context_per_sequence=m.context_tokens or 0.0,
@@ -160,6 +161,9 @@ def modelled_itl_grid(
 ) -> FloatArray:
     """ITL in ms from the cost model, shape (max_bs + 1, maxK + 1); NaN where unavailable.
 
+    ``survival`` (P(proposal length >= i)) reprices the cells' verified tokens
+    for other proposal lengths; None keeps the profile's own.
+
     Only measured K compete (vLLM captures CUDA graphs for the K in its table
     only), and each only inside the batch sizes it was measured at (as
     ``itl_grid`` says: guessing beyond them would invent step costs, and a
@@ -168,12 +172,10 @@ def modelled_itl_grid(
     """
     rows = _max_batch_size(spec, max_batch_size)
     model = cost_model(spec)
-    grid = model.grid(
-        rows,
-        spec.fingerprint.max_k,
-        proposal_survival(spec) if survival is None else survival,
-        context_per_sequence,
-    )
+    verified = None
+    if survival is not None:
+        verified = [verified_per_sequence(survival, k) for k in range(spec.fingerprint.max_k + 1)]
+    grid = model.grid(rows, spec.fingerprint.max_k, verified, context_per_sequence)
     grid[np.isnan(itl_grid(spec, max_batch_size))] = np.nan
     return grid
 

@@ -68,7 +68,7 @@ from specdeploy.runtime.schedule import cost_model, itl_grid, k_values, proposal
 def cost_from_grid(itl_ms: npt.NDArray[np.float64]) -> StepCostModel:
     """A cost model from a dense ITL grid (every finite cell, K + 1 tokens verified)."""
     cells = [
-        Cell(batch_size=bs, itl_ms=float(itl_ms[bs, k]), verified_per_sequence=1.0 + k,
+        Cell(batch_size=bs, k=k, itl_ms=float(itl_ms[bs, k]), verified_per_sequence=1.0 + k,
              context_per_sequence=0.0)
         for bs in range(1, itl_ms.shape[0])
         for k in range(itl_ms.shape[1])
@@ -276,7 +276,8 @@ class AdaptivePolicy:
         decoding = step.decode_sequences
         if seconds is not None and seconds > 0.0 and decoding > 0:
             verified = step.verified_tokens or decoding * (step.k + 1)
-            self._cost.add(step.batch_size, verified, step.context_tokens, seconds * 1000.0)
+            ms = seconds * 1000.0
+            self._cost.add(step.batch_size, step.k, verified, step.context_tokens, ms)
             tokens = decoding + sum(step.accepted)
             weight = 1.0 / self.config.throughput_half_life_steps
             self._throughput += weight * (tokens / seconds - self._throughput)
@@ -451,7 +452,7 @@ class AdaptivePolicy:
                 itl_ms=float(self._itl_now[i, k]),
                 goodput=float(self._ratio[i, k]),
                 chosen=k == chosen,
-                itl_correction=self._cost.correction(i, i * self._verified[k], i * context),
+                itl_correction=self._cost.correction(i, k, i * self._verified[k], i * context),
             )
             for k in self.allowed_k
             if self._usable[i][k]

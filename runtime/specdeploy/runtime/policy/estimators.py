@@ -172,7 +172,7 @@ class RateEstimator:
 class CostEstimator:
     """Live step cost: the profile's model times a scale per batch-size bucket, plus context.
 
-    ITL = s_b * f(bs, T, c_ref) + g * (C - bs * c_ref), with f the profile's
+    ITL = s_b * f(bs, K, T, c_ref) + g * (C - bs * c_ref), with f the profile's
     model (``cost.StepCostModel``) at its reference context, fitted by ridge
     regression from clean decode steps: s_b toward a global scale s, s toward
     1 (the profile is right), with ``prior_weight`` pseudo-steps each, and g
@@ -198,11 +198,12 @@ class CostEstimator:
         self._weight = prior_weight
         self._half_life = half_life_steps
         self._reference = prior.reference_context
+        self._ks = frozenset(prior.ks)
         self._xtx = np.zeros((self.buckets, 2, 2))
         self._xty = np.zeros((self.buckets, 2))
         self._yy = np.zeros(self.buckets)
         self.count = np.zeros(self.buckets)
-        self._pending: list[tuple[int, float, float, float]] = []
+        self._pending: list[tuple[int, int, float, float, float]] = []
         self.scale = np.ones(self.buckets)
         """s_b per bucket."""
         self.global_scale = 1.0
@@ -211,11 +212,13 @@ class CostEstimator:
         self._var = np.zeros(self.buckets)
         """Posterior variance of s_b (in units of the residual variance)."""
 
-    def add(self, batch_size: int, verified_tokens: int, context_tokens: int, ms: float) -> None:
+    def add(
+        self, batch_size: int, k: int, verified_tokens: int, context_tokens: int, ms: float
+    ) -> None:
         """One clean decode step's time (the profile's prediction is computed at fold time)."""
-        if ms > 0.0 and batch_size >= 1:
+        if ms > 0.0 and batch_size >= 1 and k in self._ks:
             bs = batch_size if batch_size <= self.max_batch_size else self.max_batch_size
-            self._pending.append((bs, float(verified_tokens), float(context_tokens), ms))
+            self._pending.append((bs, k, float(verified_tokens), float(context_tokens), ms))
 
     def fold(self) -> None:
         """Forget, take the pending steps in, and refit."""
@@ -228,8 +231,8 @@ class CostEstimator:
         self._yy *= keep
         self.count *= keep
         ref = self._reference
-        for bs, verified, context, ms in pending:
-            f1 = self.prior.at_reference(bs, verified / bs)
+        for bs, k, verified, context, ms in pending:
+            f1 = self.prior.itl_ms(bs, k, verified, bs * ref)
             f2 = context - bs * ref
             b = self._bucket[bs]
             self._xtx[b] += ((f1 * f1, f1 * f2), (f1 * f2, f2 * f2))
@@ -267,18 +270,24 @@ class CostEstimator:
             self._var[b] = 1.0 / (a + reg_b)
         self.residual_sd = math.sqrt(sse / dof) if dof > 0 else 0.0
 
-    def itl_ms(self, batch_size: int, verified_tokens: float, context_tokens: float) -> float:
+    def itl_ms(
+        self, batch_size: int, k: int, verified_tokens: float, context_tokens: float
+    ) -> float:
         """The live prediction for one step."""
         bs = min(max(batch_size, 1), self.max_batch_size)
-        base = self.prior.at_reference(bs, verified_tokens / bs)
+        base = self.prior.itl_ms(bs, k, verified_tokens, bs * self._reference)
         shift = self.gamma * (context_tokens - bs * self._reference)
         return max(float(self.scale[self._bucket[bs]]) * base + shift, 1e-6)
+
+    def _base(self, verified_per_sequence: Sequence[float]) -> FloatArray:
+        max_k = len(verified_per_sequence) - 1
+        return self.prior.grid(self.max_batch_size, max_k, verified_per_sequence)
 
     def grid(
         self, verified_per_sequence: Sequence[float], context_per_sequence: float
     ) -> FloatArray:
-        """Live ITL (ms), shape (max_bs + 1, len(verified_per_sequence)); row 0 NaN."""
-        base = self.prior.grid_at(self.max_batch_size, verified_per_sequence)
+        """Live ITL (ms), shape (max_bs + 1, len(verified_per_sequence)); NaN: K never measured."""
+        base = self._base(verified_per_sequence)
         sizes = np.arange(self.max_batch_size + 1, dtype=np.float64)
         scale = self.scale[np.asarray(self._bucket, dtype=np.intp)]
         shift = self.gamma * sizes * (context_per_sequence - self._reference)
@@ -288,7 +297,7 @@ class CostEstimator:
 
     def sd_grid(self, verified_per_sequence: Sequence[float]) -> FloatArray:
         """Standard error of the live prediction per (bs, K): the scale's, 10% where unobserved."""
-        base = self.prior.grid_at(self.max_batch_size, verified_per_sequence)
+        base = self._base(verified_per_sequence)
         buckets = np.asarray(self._bucket, dtype=np.intp)
         observed = self.count[buckets] > 0
         scale_sd = np.where(
@@ -297,7 +306,9 @@ class CostEstimator:
         result: FloatArray = np.nan_to_num(scale_sd[:, None] * base)
         return result
 
-    def correction(self, batch_size: int, verified_tokens: float, context_tokens: float) -> float:
+    def correction(
+        self, batch_size: int, k: int, verified_tokens: float, context_tokens: float
+    ) -> float:
         """Live prediction over the profile's, for one step (1.0: the profile as is)."""
-        prior = self.prior.itl_ms(batch_size, verified_tokens, context_tokens)
-        return self.itl_ms(batch_size, verified_tokens, context_tokens) / max(prior, 1e-9)
+        prior = self.prior.itl_ms(batch_size, k, verified_tokens, context_tokens)
+        return self.itl_ms(batch_size, k, verified_tokens, context_tokens) / max(prior, 1e-9)
