@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeploy.operator.api import Phase, ProfilingMode
+from specdeploy.operator.api import Fallback, Phase, ProfilingMode
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.job import ProfilingJob, profiling_job
 from specdeploy.operator.builders.rbac import (
@@ -23,6 +23,7 @@ from specdeploy.operator.builders.rbac import (
 )
 from specdeploy.operator.context import Context, PoolPlan, keep_previous, pool_status
 from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
+from specdeploy.operator.floor import judge
 from specdeploy.operator.naming import deployment_name, job_name
 from specdeploy.operator.observed import (
     JobPhase,
@@ -164,8 +165,11 @@ def profiled_pool(ctx: Context, pool: Pool) -> PoolPlan:
         if schedule is None:
             wait = _Wait(Phase.FAILED, why, Profiling.FAILED, name, shared=marker)
             return _waiting(ctx, pool, wait)
-        served = Table(schedule, view.document, name, Profiling.READY, marker)
-        return serve(ctx, pool, served)
+        assert view.document is not None  # usable_schedule returned a schedule
+        verdict = judge(view.document.spec, spec.profiling.batch_sizes)
+        fallback = verdict.loses and spec.speculation.fallback is Fallback.VANILLA
+        table = None if fallback else schedule
+        return serve(ctx, pool, Table(table, view.document, name, Profiling.READY, marker, verdict))
     if spec.profiling.mode is ProfilingMode.NEVER:
         message = f"no SpeculationProfile {name} and spec.profiling.mode is never"
         return _waiting(ctx, pool, _Wait(Phase.PENDING, message, Profiling.MISSING, name))
