@@ -130,6 +130,13 @@ def register(subparsers: Any) -> None:
     grid.add_argument("--dataset", help="mt-bench | sharegpt | FILE.jsonl (default mt-bench)")
     grid.add_argument("--prompts", type=_positive, help="conversations to load")
     grid.add_argument("--seed", type=int, default=0)
+    grid.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure plain decoding (no speculation) per batch size where the backend "
+        "can (vllm: a second engine, started after the grid)",
+    )
 
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, help="write the profile to FILE (- for stdout)")
@@ -187,6 +194,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         jitter=args.jitter,
         gpu_type=args.gpu_type,
         engine=engine,
+        baseline=args.baseline,
         output=OutputOptions(
             out=args.out,
             kubernetes=args.kubernetes,

@@ -9,20 +9,26 @@ telemetry loop can aggregate per pool with PromQL.
 Per step this costs a handful of dictionary lookups and lock-protected
 increments (a few microseconds); label children are bound once and cached.
 
-Acceptance counters use conditional denominators (``policy.base``):
-``specdeploy_accepted_tokens_total{position="i"} /
-specdeploy_draft_tokens_total{position="i"}`` is a_i, the probability that
-draft i is accepted given drafts 1..i-1 were.
+Draft counters follow the one definition (``goodput``): per position i,
+``specdeploy_draft_positions_reached_total`` counts decoding sequences that
+verified a step with K >= i and accepted positions < i (a position the
+drafter did not propose counts as reached and rejected),
+``specdeploy_draft_tokens_total`` those that also had a draft there
+(proposed) and ``specdeploy_accepted_tokens_total`` those that accepted it.
+So accepted / reached is a_i (what AL(K) and the schedule use), proposed /
+reached the drafting rate q_i, and accepted / proposed the acceptance
+*given a proposal*, which alone overstates what n-gram drafting earns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from specdeploy.runtime.policy.estimators import bucket_bounds, bucket_of
+from specdeploy.runtime.policy.base import StepRecord
+from specdeploy.runtime.vllm_addon.drafting import Drift, Verdict
 
 STEP_SECONDS_BUCKETS = (
     0.001,
@@ -40,6 +46,16 @@ STEP_SECONDS_BUCKETS = (
     5.12,
 )
 """Doubling from 1 ms (a small model's decode on an H200) to 5 s (a CPU step)."""
+
+
+def bucket_of(batch_size: int) -> int:
+    """Power-of-two batch-size bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ... (0, 1, 2, ...)."""
+    return (batch_size - 1).bit_length()
+
+
+def bucket_bounds(bucket: int) -> tuple[int, int]:
+    """Inclusive batch-size range of a bucket."""
+    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
 
 
 def batch_bucket_label(batch_size: int) -> str:
@@ -64,14 +80,21 @@ class AddonMetrics:
         )
         self.step_seconds = Histogram(
             "specdeploy_step_seconds",
-            "Step time by batch-size bucket and K (steps whose verified width equals K)",
+            "Step time of clean decode steps (no prefill, K unchanged), by batch-size bucket and K",
             [*p, "batch_bucket", "k"],
             buckets=STEP_SECONDS_BUCKETS,
             registry=r,
         )
+        self.reached = Counter(
+            "specdeploy_draft_positions_reached",
+            "Decoding sequences that reached a draft position (K >= i, earlier ones accepted), "
+            "proposed or not",
+            [*p, "position"],
+            registry=r,
+        )
         self.drafted = Counter(
             "specdeploy_draft_tokens",
-            "Draft tokens verified at a position whose earlier drafts were all accepted",
+            "Draft tokens proposed at a reached position",
             [*p, "position"],
             registry=r,
         )
@@ -79,6 +102,42 @@ class AddonMetrics:
             "specdeploy_accepted_tokens",
             "Draft tokens accepted, by position",
             [*p, "position"],
+            registry=r,
+        )
+        self.verified = Counter(
+            "specdeploy_verified_tokens",
+            "Tokens verified by decoding sequences (1 + proposal length each)",
+            p,
+            registry=r,
+        )
+        self.sequence_steps = Counter(
+            "specdeploy_decode_sequence_steps",
+            "Decoding sequences summed over steps (the denominator of tokens per sequence)",
+            p,
+            registry=r,
+        )
+        self.drafting_rate = Gauge(
+            "specdeploy_drafting_rate",
+            "Share of sequence-steps with a draft at position 1, over the last window",
+            p,
+            registry=r,
+        )
+        self.drafting_rate_profile = Gauge(
+            "specdeploy_drafting_rate_profile",
+            "The profile's drafting rate at position 1 (acceptance.draftingRate)",
+            p,
+            registry=r,
+        )
+        self.drafting_drift = Gauge(
+            "specdeploy_drafting_rate_drift",
+            "Last window's drafting rate against the profile's: -1 below, 0 within, 1 above",
+            p,
+            registry=r,
+        )
+        self.drafting_drift_windows = Counter(
+            "specdeploy_drafting_rate_drift_windows",
+            "Windows whose drafting rate left the profile's by more than the tolerance",
+            [*p, "direction"],
             registry=r,
         )
         self.predicted_goodput = Gauge(
@@ -118,39 +177,55 @@ class AddonMetrics:
             registry=r,
         )
         self._steps_by_k = [self.steps.labels(pool, str(k)) for k in range(max_k + 1)]
+        self._reached = [self.reached.labels(pool, str(i + 1)) for i in range(max_k)]
         self._drafted = [self.drafted.labels(pool, str(i + 1)) for i in range(max_k)]
         self._accepted = [self.accepted.labels(pool, str(i + 1)) for i in range(max_k)]
+        self._verified = self.verified.labels(pool)
+        self._sequence_steps = self.sequence_steps.labels(pool)
         self._k_now = self.k_current.labels(pool)
         self._bs_now = self.batch_size.labels(pool)
         self._seconds: dict[tuple[int, int], Any] = {}
         self._info: tuple[str, str, str] | None = None
 
-    def step(
-        self,
-        batch_size: int,
-        k: int,
-        seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
-        """One finished step (``seconds`` None: not a clean timing)."""
+    def step(self, k: int, record: StepRecord) -> None:
+        """One finished step: ``k`` the K chosen for it, ``record`` what it verified."""
         if 0 <= k < len(self._steps_by_k):
             self._steps_by_k[k].inc()
         self._k_now.set(k)
-        self._bs_now.set(batch_size)
-        for i, n in enumerate(drafted[: len(self._drafted)]):
-            if n:
-                self._drafted[i].inc(n)
-        for i, n in enumerate(accepted[: len(self._accepted)]):
-            if n:
-                self._accepted[i].inc(n)
+        self._bs_now.set(record.batch_size)
+        if record.decode_sequences:
+            self._sequence_steps.inc(record.decode_sequences)
+            self._verified.inc(record.verified_tokens)
+            _add(self._reached, record.reached)
+            _add(self._drafted, record.proposed)
+            _add(self._accepted, record.accepted)
+        seconds = record.step_seconds
         if seconds is not None:
-            key = (bucket_of(max(batch_size, 1)), k)
+            batch_size, verified_k = record.batch_size, record.k
+            key = (bucket_of(max(batch_size, 1)), verified_k)
             child = self._seconds.get(key)
             if child is None:
-                child = self.step_seconds.labels(self.pool, batch_bucket_label(batch_size), str(k))
+                child = self.step_seconds.labels(
+                    self.pool, batch_bucket_label(batch_size), str(verified_k)
+                )
                 self._seconds[key] = child
             child.observe(seconds)
+
+    def drafting(self, verdict: Verdict) -> None:
+        """A closed drafting-rate window (``drafting.DraftingRateWatch``)."""
+        self.drafting_rate.labels(self.pool).set(verdict.rate)
+        self.drafting_drift.labels(self.pool).set(verdict.state.value)
+        if verdict.state is not Drift.WITHIN:
+            self.drafting_drift_windows.labels(self.pool, verdict.state.name.lower()).inc()
+
+    def profile_drafting_rate(self, rate: float | None) -> None:
+        """The drafting rate of the table in force's profile (removed when it has none)."""
+        gauge = self.drafting_rate_profile
+        if rate is None:
+            with contextlib.suppress(KeyError):  # never set
+                gauge.remove(self.pool)
+            return
+        gauge.labels(self.pool).set(rate)
 
     def table_installed(self, generation: int, policy: str, profile: str, digest: str) -> None:
         if self._info is not None:
@@ -176,3 +251,10 @@ class AddonMetrics:
         """Start the HTTP endpoint in a daemon thread; returns the server."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server
+
+
+def _add(children: list[Any], counts: Any) -> None:
+    """Increment ``children[i]`` by ``counts[i]`` where non-zero (positions past maxK dropped)."""
+    for i, n in enumerate(counts):
+        if n and i < len(children):
+            children[i].inc(n)
