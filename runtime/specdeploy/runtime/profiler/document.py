@@ -29,7 +29,7 @@ from specdeploy.runtime.profile import (
     SpeculationProfile,
     parse_profile,
 )
-from specdeploy.runtime.profiler.grid import Grid, pooled_counts
+from specdeploy.runtime.profiler.grid import Grid, pooled_counts, proposal_survival
 from specdeploy.runtime.profiler.sampling import CellStats
 from specdeploy.runtime.schedule import derive_schedule
 
@@ -67,11 +67,12 @@ def baseline_row(stats: CellStats) -> Baseline:
     )
 
 
-def acceptance(counts: DraftCounts, positions: int) -> Acceptance:
+def acceptance(counts: DraftCounts, survival: Sequence[float], positions: int) -> Acceptance:
     """The pooled acceptance of positions 1..``positions``, with its counts.
 
     A position never reached has no evidence: its a_i is 0.0 (no reason to
-    draft it) and its drafting rate and survival carry the last known ones.
+    draft it) and its drafting rate carries the last known one.
+    ``survival`` is ``grid.proposal_survival``.
     """
     n = positions
     reached, proposed, accepted = counts.reached[:n], counts.proposed[:n], counts.accepted[:n]
@@ -79,7 +80,7 @@ def acceptance(counts: DraftCounts, positions: int) -> Acceptance:
         per_position=tuple(_ratio(accepted, reached, 0.0)),
         samples=reached[0] if reached else 0,
         drafting_rate=tuple(_ratio(proposed, reached, 1.0)),
-        proposal_survival=tuple(_ratio(counts.offered[:n], counts.scheduled[:n], 1.0)),
+        proposal_survival=tuple(round(min(max(x, 0.0), 1.0), 4) for x in survival[:n]),
         reached=tuple(reached),
         proposed=tuple(proposed),
         accepted=tuple(accepted),
@@ -165,7 +166,9 @@ def profile_from_cells(
         source=source,
         dataset=dataset,
         measurements=rows,
-        acceptance=acceptance(pooled_counts(stats, fingerprint.max_k), top_k),
+        acceptance=acceptance(
+            pooled_counts(stats, fingerprint.max_k), proposal_survival(stats, top_k), top_k
+        ),
         baseline=tuple(baseline_row(b) for b in floor),
     )
     doc = SpeculationProfile(

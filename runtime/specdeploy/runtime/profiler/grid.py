@@ -245,6 +245,37 @@ def pooled_counts(cells: Iterable[CellStats], positions: int) -> DraftCounts:
     return out
 
 
+def proposal_survival(cells: Iterable[CellStats], positions: int) -> list[float]:
+    """s_i = P(proposal length >= i), pooled over cells of different K: a product-limit estimate.
+
+    A cell at K only shows proposals up to K (longer ones are cut at K), so
+    summing offered/scheduled over cells mixes populations and can even
+    rise with i. Instead s_1 pools every K >= 1 cell, and each further
+    factor P(L >= i | L >= i-1) pools the cells with K >= i only. A cell
+    that does not record offers proposes all K (factor 1). Where no cell
+    reaches position i the last value is carried.
+    """
+    stats = list(cells)
+    out: list[float] = []
+    s = 1.0
+    for i in range(positions):
+        num = den = 0
+        for c in stats:
+            if c.k <= i:
+                continue
+            slots = c.seq_steps if c.scheduled is None else _at(c.scheduled, 0)
+            offered = c.offered
+            num += slots if offered is None else _at(offered, i)
+            if i == 0:
+                den += slots
+            else:
+                den += slots if offered is None else _at(offered, i - 1)
+        if den:
+            s *= num / den
+        out.append(s)
+    return out
+
+
 def _at(values: list[int], i: int) -> int:
     return values[i] if i < len(values) else 0
 
