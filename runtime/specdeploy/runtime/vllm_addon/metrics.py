@@ -6,8 +6,10 @@ endpoint (``SPECDEPLOY_METRICS_PORT``). Names start with ``specdeploy_`` and
 every series carries the pool's GPU type (``pool``), so the operator's
 telemetry loop can aggregate per pool with PromQL.
 
-Per step this costs a handful of dictionary lookups and lock-protected
-increments (a few microseconds); label children are bound once and cached.
+The series every step touches are plain integers in ``step_series``,
+turned into metric families only when scraped: a step takes no lock. The
+rest (table info, reload and policy errors, the drafting-rate verdicts)
+change rarely and use ``prometheus_client``'s own objects.
 
 Draft counters follow the one definition (``goodput``): per position i,
 ``specdeploy_draft_positions_reached_total`` counts decoding sequences that
@@ -25,10 +27,24 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.vllm_addon.drafting import Drift, Verdict
+from specdeploy.runtime.vllm_addon.step_series import (
+    StepSeries,
+    batch_bucket_label,
+    bucket_bounds,
+    bucket_of,
+)
+
+__all__ = [
+    "STEP_SECONDS_BUCKETS",
+    "AddonMetrics",
+    "batch_bucket_label",
+    "bucket_bounds",
+    "bucket_of",
+]
 
 STEP_SECONDS_BUCKETS = (
     0.001,
@@ -48,22 +64,6 @@ STEP_SECONDS_BUCKETS = (
 """Doubling from 1 ms (a small model's decode on an H200) to 5 s (a CPU step)."""
 
 
-def bucket_of(batch_size: int) -> int:
-    """Power-of-two batch-size bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ... (0, 1, 2, ...)."""
-    return (batch_size - 1).bit_length()
-
-
-def bucket_bounds(bucket: int) -> tuple[int, int]:
-    """Inclusive batch-size range of a bucket."""
-    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
-
-
-def batch_bucket_label(batch_size: int) -> str:
-    """The power-of-two bucket of a batch size as a label: "1", "2", "3-4", "5-8", ..."""
-    lo, hi = bucket_bounds(bucket_of(max(batch_size, 1)))
-    return str(lo) if lo == hi else f"{lo}-{hi}"
-
-
 class AddonMetrics:
     """Every series the add-on exports, in a registry of its own."""
 
@@ -71,51 +71,9 @@ class AddonMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pool = pool
         r, p = self.registry, ["pool"]
-        self.steps = Counter(
-            "specdeploy_steps", "Engine steps, by the K chosen", [*p, "k"], registry=r
-        )
-        self.k_current = Gauge("specdeploy_k", "K chosen for the latest step", p, registry=r)
-        self.batch_size = Gauge(
-            "specdeploy_batch_size", "Scheduled requests in the latest step", p, registry=r
-        )
-        self.step_seconds = Histogram(
-            "specdeploy_step_seconds",
-            "Step time of clean decode steps (no prefill, K unchanged), by batch-size bucket and K",
-            [*p, "batch_bucket", "k"],
-            buckets=STEP_SECONDS_BUCKETS,
-            registry=r,
-        )
-        self.reached = Counter(
-            "specdeploy_draft_positions_reached",
-            "Decoding sequences that reached a draft position (K >= i, earlier ones accepted), "
-            "proposed or not",
-            [*p, "position"],
-            registry=r,
-        )
-        self.drafted = Counter(
-            "specdeploy_draft_tokens",
-            "Draft tokens proposed at a reached position",
-            [*p, "position"],
-            registry=r,
-        )
-        self.accepted = Counter(
-            "specdeploy_accepted_tokens",
-            "Draft tokens accepted, by position",
-            [*p, "position"],
-            registry=r,
-        )
-        self.verified = Counter(
-            "specdeploy_verified_tokens",
-            "Tokens verified by decoding sequences (1 + proposal length each)",
-            p,
-            registry=r,
-        )
-        self.sequence_steps = Counter(
-            "specdeploy_decode_sequence_steps",
-            "Decoding sequences summed over steps (the denominator of tokens per sequence)",
-            p,
-            registry=r,
-        )
+        self.series = StepSeries(pool, max_k, STEP_SECONDS_BUCKETS)
+        """The per-step series, plain integers collected at scrape time (``step_series``)."""
+        r.register(self.series)
         self.drafting_rate = Gauge(
             "specdeploy_drafting_rate",
             "Share of sequence-steps with a draft at position 1, over the last window",
@@ -176,40 +134,11 @@ class AddonMetrics:
             p,
             registry=r,
         )
-        self._steps_by_k = [self.steps.labels(pool, str(k)) for k in range(max_k + 1)]
-        self._reached = [self.reached.labels(pool, str(i + 1)) for i in range(max_k)]
-        self._drafted = [self.drafted.labels(pool, str(i + 1)) for i in range(max_k)]
-        self._accepted = [self.accepted.labels(pool, str(i + 1)) for i in range(max_k)]
-        self._verified = self.verified.labels(pool)
-        self._sequence_steps = self.sequence_steps.labels(pool)
-        self._k_now = self.k_current.labels(pool)
-        self._bs_now = self.batch_size.labels(pool)
-        self._seconds: dict[tuple[int, int], Any] = {}
         self._info: tuple[str, str, str] | None = None
 
     def step(self, k: int, record: StepRecord) -> None:
         """One finished step: ``k`` the K chosen for it, ``record`` what it verified."""
-        if 0 <= k < len(self._steps_by_k):
-            self._steps_by_k[k].inc()
-        self._k_now.set(k)
-        self._bs_now.set(record.batch_size)
-        if record.decode_sequences:
-            self._sequence_steps.inc(record.decode_sequences)
-            self._verified.inc(record.verified_tokens)
-            _add(self._reached, record.reached)
-            _add(self._drafted, record.proposed)
-            _add(self._accepted, record.accepted)
-        seconds = record.step_seconds
-        if seconds is not None:
-            batch_size, verified_k = record.batch_size, record.k
-            key = (bucket_of(max(batch_size, 1)), verified_k)
-            child = self._seconds.get(key)
-            if child is None:
-                child = self.step_seconds.labels(
-                    self.pool, batch_bucket_label(batch_size), str(verified_k)
-                )
-                self._seconds[key] = child
-            child.observe(seconds)
+        self.series.record(k, record)
 
     def drafting(self, verdict: Verdict) -> None:
         """A closed drafting-rate window (``drafting.DraftingRateWatch``)."""
@@ -251,10 +180,3 @@ class AddonMetrics:
         """Start the HTTP endpoint in a daemon thread; returns the server."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server
-
-
-def _add(children: list[Any], counts: Any) -> None:
-    """Increment ``children[i]`` by ``counts[i]`` where non-zero (positions past maxK dropped)."""
-    for i, n in enumerate(counts):
-        if n and i < len(children):
-            children[i].inc(n)

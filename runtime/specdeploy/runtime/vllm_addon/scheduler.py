@@ -170,9 +170,8 @@ class _AddonMixin:
         self._specdeploy_step_done(scheduler_output, scheduled, reading)
         if timer is not None and scheduled is not None:
             done = time.perf_counter_ns()
-            step_ns = done - scheduled.started
             batch_size = len(scheduler_output.num_scheduled_tokens)
-            timer.end_step(batch_size, read_ns + done - resumed, step_ns)
+            timer.end_step(batch_size, read_ns, done - resumed, done - scheduled.started)
         return outputs
 
     def shutdown(self) -> None:

@@ -15,7 +15,10 @@ while it runs). The timing itself costs about six clock reads per step.
 The totals are plain integers, exported only when scraped (a collector on
 the add-on's registry), so the accounting adds no lock to the hot path:
 
-* ``specdeploy_addon_self_seconds_total{batch_bucket}``
+* ``specdeploy_addon_self_seconds_total{batch_bucket,part}``: ``schedule``
+  (the replaced lookup and the bookkeeping after ``schedule()``), ``read``
+  (reading the step before vLLM's update), ``account`` (the step record,
+  the policy's observe, the metrics, the drafting-rate watch)
 * ``specdeploy_addon_step_wall_seconds_total{batch_bucket}``
 * ``specdeploy_addon_timed_steps_total{batch_bucket}``
 * ``specdeploy_addon_watcher_seconds_total``
@@ -34,8 +37,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from specdeploy.runtime.vllm_addon.metrics import batch_bucket_label, bucket_of
+from specdeploy.runtime.vllm_addon.step_series import batch_bucket_label, bucket_of
 
+PARTS = ("schedule", "read", "account")
+"""Where the add-on's time goes in one step (module docstring)."""
 TIMING_ENV = "SPECDEPLOY_ADDON_TIMING"
 """Set to 1 (or true, yes, on) to time the add-on; a benchmark knob, not a pod setting."""
 
@@ -47,32 +52,34 @@ def timing_requested(env: Mapping[str, str] | None = None) -> bool:
 
 
 class SelfTimer:
-    """Per-bucket totals of the add-on's own nanoseconds and the steps' wall nanoseconds."""
+    """Per-bucket totals of the add-on's own nanoseconds, by part, and the steps' wall time."""
 
     def __init__(self, pool: str) -> None:
         self.pool = pool
         self.pending_ns = 0
-        """Add-on time of the step in progress (the lookup and ``schedule()``'s part)."""
+        """``schedule`` time of the step in progress (the lookup and ``schedule()``'s part)."""
         self._totals: dict[int, list[int]] = {}
         self.watcher_ns = 0
 
-    def end_step(self, batch_size: int, addon_ns: int, step_ns: int) -> None:
-        """Close one step: ``addon_ns`` its update-side time (plus ``pending_ns``)."""
+    def end_step(self, batch_size: int, read_ns: int, account_ns: int, step_ns: int) -> None:
+        """Close one step with its ``read`` and ``account`` time (``schedule`` is pending)."""
         bucket = bucket_of(batch_size if batch_size > 0 else 1)
         row = self._totals.get(bucket)
         if row is None:
-            row = self._totals[bucket] = [0, 0, 0]
-        row[0] += addon_ns + self.pending_ns
-        row[1] += step_ns
-        row[2] += 1
+            row = self._totals[bucket] = [0, 0, 0, 0, 0]
+        row[0] += self.pending_ns
+        row[1] += read_ns
+        row[2] += account_ns
+        row[3] += step_ns
+        row[4] += 1
         self.pending_ns = 0
 
     def watcher_checked(self, ns: int) -> None:
         self.watcher_ns += ns
 
-    def totals(self) -> dict[int, tuple[int, int, int]]:
-        """(add-on ns, step ns, steps) per batch-size bucket."""
-        return {b: (r[0], r[1], r[2]) for b, r in sorted(self._totals.items())}
+    def totals(self) -> dict[int, tuple[tuple[int, int, int], int, int]]:
+        """((schedule, read, account) ns, step ns, steps) per batch-size bucket."""
+        return {b: ((r[0], r[1], r[2]), r[3], r[4]) for b, r in sorted(self._totals.items())}
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(_Exported(self))
@@ -88,8 +95,8 @@ class _Exported(Collector):
         labels = ["pool", "batch_bucket"]
         own = CounterMetricFamily(
             "specdeploy_addon_self_seconds",
-            "The add-on's own time in the engine's hooks (SPECDEPLOY_ADDON_TIMING)",
-            labels=labels,
+            "The add-on's own time in the engine's hooks, by part (SPECDEPLOY_ADDON_TIMING)",
+            labels=[*labels, "part"],
         )
         wall = CounterMetricFamily(
             "specdeploy_addon_step_wall_seconds",
@@ -100,9 +107,10 @@ class _Exported(Collector):
             "specdeploy_addon_timed_steps", "Steps timed by the add-on's self-timing", labels=labels
         )
         pool = self.timer.pool
-        for bucket, (addon_ns, step_ns, n) in self.timer.totals().items():
+        for bucket, (parts, step_ns, n) in self.timer.totals().items():
             label = batch_bucket_label(1 << bucket)
-            own.add_metric([pool, label], addon_ns / 1e9)
+            for part, ns in zip(PARTS, parts, strict=True):
+                own.add_metric([pool, label, part], ns / 1e9)
             wall.add_metric([pool, label], step_ns / 1e9)
             steps.add_metric([pool, label], n)
         watcher = CounterMetricFamily(

@@ -348,17 +348,19 @@ def test_the_table_carries_the_profiles_drafting_rate_whatever_the_policy() -> N
     assert load(table_doc("table")).drafting_rate is None
 
 
-def test_the_self_timer_exports_the_addons_share_per_bucket() -> None:
+def test_the_self_timer_exports_the_addons_share_per_bucket_and_part() -> None:
     timer = SelfTimer("pool")
     metrics = AddonMetrics("pool", 3)
     timer.register(metrics.registry)
     timer.pending_ns += 2_000
-    timer.end_step(4, 3_000, 1_000_000)
-    timer.end_step(4, 5_000, 1_000_000)
+    timer.end_step(4, 1_000, 2_000, 1_000_000)
+    timer.end_step(4, 3_000, 2_000, 1_000_000)
     timer.watcher_checked(7_000)
-    assert timer.totals() == {2: (10_000, 2_000_000, 2)}
+    assert timer.totals() == {2: ((2_000, 4_000, 4_000), 2_000_000, 2)}
     labels = {"pool": "pool", "batch_bucket": "3-4"}
-    assert sample(metrics, "specdeploy_addon_self_seconds_total", **labels) == pytest.approx(1e-5)
+    own = "specdeploy_addon_self_seconds_total"
+    assert sample(metrics, own, part="read", **labels) == pytest.approx(4e-6)
+    assert sample(metrics, own, part="schedule", **labels) == pytest.approx(2e-6)
     assert sample(metrics, "specdeploy_addon_step_wall_seconds_total", **labels) == pytest.approx(
         2e-3
     )
@@ -557,3 +559,20 @@ def test_the_readme_documents_every_setting_and_only_those() -> None:
     expected = {PodEnv(ENV_PREFIX + key.upper()).value for key in settings.KEYS}
     assert documented == expected
     assert "SPECDEPLOY_CONFIG_FILE" in section
+
+
+def test_the_step_time_histogram_is_cumulative_with_prometheus_bucket_edges() -> None:
+    metrics = AddonMetrics("pool", 2)
+    for seconds in (0.01, 0.015, 0.02, 9.0):  # 0.01 and 0.02 are bucket edges: le includes them
+        metrics.step(1, StepRecord(3, 1, seconds, [3], [1], [1], 3, 4, 0))
+    labels = {"pool": "pool", "batch_bucket": "3-4", "k": "1"}
+    bucket = "specdeploy_step_seconds_bucket"
+    assert sample(metrics, bucket, le="0.005", **labels) == 0
+    assert sample(metrics, bucket, le="0.01", **labels) == 1
+    assert sample(metrics, bucket, le="0.02", **labels) == 3
+    assert sample(metrics, bucket, le="5.12", **labels) == 3
+    assert sample(metrics, bucket, le="+Inf", **labels) == 4
+    assert sample(metrics, "specdeploy_step_seconds_count", **labels) == 4
+    assert sample(metrics, "specdeploy_step_seconds_sum", **labels) == pytest.approx(9.045)
+    assert sample(metrics, "specdeploy_steps_total", pool="pool", k="1") == 4
+    assert sample(metrics, "specdeploy_batch_size", pool="pool") == 3
