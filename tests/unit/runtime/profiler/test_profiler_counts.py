@@ -13,6 +13,7 @@ import pytest
 from specdeploy.runtime.goodput import reached_counts
 from specdeploy.runtime.profile import Baseline, Fingerprint, Source
 from specdeploy.runtime.profiler.backend import CellSample, MeasuresBaseline
+from specdeploy.runtime.profiler.exit_codes import out_of_memory
 from specdeploy.runtime.profiler.run import Outcome, ProfileOptions, profile, raw_document
 from specdeploy.runtime.profiler.sampling import Sampling
 from specdeploy.runtime.profiler.search import SearchMode
@@ -138,3 +139,28 @@ def test_the_raw_file_records_counts_drafting_rate_and_verified_tokens() -> None
     assert cell["verifiedPerSequence"] == pytest.approx(1.75)
     assert cell["reached"][0] == cell["sequenceSteps"] == 32
     assert (cell["proposed"], cell["accepted"]) == ([8, 8, 8], [8, 8, 0])
+
+
+class BaselineOomAbove4(WithBaseline):
+    def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
+        if batch_size > 4:
+            raise out_of_memory(f"plain batch {batch_size} does not fit")
+        return super().measure_baseline(batch_size, steps)
+
+
+def test_a_baseline_that_does_not_fit_stops_the_baseline_there_and_says_so() -> None:
+    backend = BaselineOomAbove4()
+    outcome = profile(OPTIONS, backend)
+    assert [b.batch_size for b in outcome.profile.spec.baseline] == [4]
+    assert {m.batch_size for m in outcome.profile.spec.measurements} == {4, 8}
+    assert any("baseline at batch size 8 does not fit" in line for line in outcome.grid.log)
+
+
+def test_a_baseline_repeats_until_its_interval_is_narrow_like_any_cell() -> None:
+    noisy = WithBaseline()
+    options = ProfileOptions(
+        **{**vars(OPTIONS), "sampling": Sampling(steps=4, min_repeats=2, max_repeats=3)}
+    )
+    profile(options, noisy)
+    # Noise-free step times: stable after the minimum of two repeats per batch size.
+    assert noisy.baseline_calls == [4, 4, 8, 8]
