@@ -6,6 +6,13 @@ drafts verified) for ``steps`` steps after its own warm-up, and returns the
 per-step times and the per-position draft counts. The search decides which
 cells to measure and how often to repeat them; the backend only measures.
 
+A backend may also measure plain decoding (no speculation configured) at a
+batch size, ``measure_baseline(batch_size, steps)`` (``MeasuresBaseline``):
+the floor a speculative K must beat, which K=0 with speculation configured
+is not. It is optional: the search asks a backend that has it for one
+baseline per batch size after the grid, and a backend without it yields a
+profile without a baseline.
+
 Two backends: ``sim`` (``sim_backend``: a simulator preset, modelled) and
 ``vllm`` (``vllm_backend``: a real engine, measured). The vLLM backend is
 imported only when asked for (``create_vllm_backend``): importing vLLM takes
@@ -83,6 +90,21 @@ class ProfilerBackend(Protocol):
 
     def close(self) -> None:
         """Release the engine (processes, memory)."""
+        ...
+
+
+@runtime_checkable
+class MeasuresBaseline(Protocol):
+    """A backend that can also run plain decoding, with no speculation configured."""
+
+    def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
+        """``steps`` decode steps of ``batch_size`` sequences on an engine without speculation.
+
+        The sample has ``k == 0`` and no draft counts; it may carry
+        ``sequence_steps``, ``verified_tokens`` and ``context_tokens``. The
+        backend may release its speculative engine to run it: the search
+        asks for baselines only after every speculative cell.
+        """
         ...
 
 

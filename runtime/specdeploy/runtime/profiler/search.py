@@ -35,7 +35,10 @@ The smart search measures what can change that answer:
   cost is in repeats, not in cells.
 
 K=0 is measured at every batch size the table covers: the profile requires
-it (the never-slower baseline).
+it. After the search, ``measure_baselines`` asks a backend that can
+(``backend.MeasuresBaseline``) for plain decoding at every batch size that
+fit: K=0 with speculation configured still pays for the drafter and the
+table, so only that measurement says whether turning speculation off wins.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 
 from specdeploy.runtime.profiler.document import provisional_spec
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.grid import BatchTooLarge, Grid, Strategy
 from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
 
@@ -296,6 +300,31 @@ STRATEGIES: dict[SearchMode, Strategy] = {
     SearchMode.EXHAUSTIVE: exhaustive,
     SearchMode.SMART: smart,
 }
+
+
+def measure_baselines(grid: Grid, sizes: Iterable[int]) -> list[int]:
+    """Plain decoding at each of ``sizes`` where the backend can run it; the sizes measured.
+
+    Asked after the search because a backend may release its speculative
+    engine to start a plain one. An out-of-memory failure drops that size
+    and every larger one (plain decoding needs less memory than what fit,
+    so it means the machine changed), noted in the grid's log.
+    """
+    measured: list[int] = []
+    for bs in sorted(set(sizes)):
+        try:
+            if grid.measure_baseline(bs) is None:
+                grid.note("the backend measures no plain-decoding baseline")
+                return measured
+        except DeterministicFailure as err:
+            if not is_out_of_memory(err):
+                raise
+            grid.note(
+                f"baseline at batch size {bs} does not fit: {err.reason}; larger ones skipped"
+            )
+            return measured
+        measured.append(bs)
+    return measured
 
 
 def run_search(grid: Grid, mode: SearchMode, sizes: Iterable[int]) -> list[int]:
