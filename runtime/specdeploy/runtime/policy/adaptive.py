@@ -208,11 +208,11 @@ class AdaptivePolicy:
         """From a profile: its cost model, acceptance, proposal survival and measured K."""
         spec = profile_spec(profile)
         rows = max_batch_size or max(m.batch_size for m in spec.measurements)
-        available = np.isfinite(itl_grid(spec, rows))
         measured = k_values(spec)
         allowed = measured if allowed_k is None else tuple(k for k in allowed_k if k in measured)
         if not allowed:
             raise ValueError(f"allowed_k: none of {list(allowed_k or [])} was measured")
+        available = np.isfinite(itl_grid(spec, rows))[:, : max(allowed) + 1]
         return cls(
             None,
             spec.acceptance.per_position,

@@ -38,7 +38,7 @@ from specdeploy.runtime.policy.base import KPolicy
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.profile import API_VERSION, KIND, ProfileError, ProfileSpec, parse_profile
-from specdeploy.runtime.schedule import ScheduleError, expand_lookup, itl_grid, k_values
+from specdeploy.runtime.schedule import ScheduleError, expand_lookup, k_values
 
 
 class TableError(ValueError):
@@ -227,7 +227,8 @@ def _adaptive_policy(
     config: AdaptiveConfig,
     name: str,
 ) -> AdaptivePolicy:
-    """The profile's grid, restricted to the K values the engine allows."""
+    """The profile's full model (cost by verified tokens and context, acceptance, proposal
+    lengths, baseline), restricted to the K values the engine allows."""
     usable = sorted(set(k_values(spec)) & set(shape.allowed_k))
     if not usable:
         raise TableError(
@@ -237,9 +238,12 @@ def _adaptive_policy(
     clamp = clamp_map(usable, shape.num_speculative_tokens)
     fallback = [clamp[min(k, shape.num_speculative_tokens)] for k in lookup]
     try:
-        grid = itl_grid(spec, shape.max_batch_size)
-        return AdaptivePolicy(
-            grid, spec.acceptance.per_position, allowed_k=usable, fallback=fallback, config=config
+        return AdaptivePolicy.from_profile(
+            spec,
+            config,
+            max_batch_size=shape.max_batch_size,
+            allowed_k=usable,
+            fallback=fallback,
         )
     except ValueError as err:
         raise TableError(f"{name}: {err}") from None
