@@ -64,6 +64,9 @@ from specdeploy.runtime.policy.static import profile_spec, static_lookup
 from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
 from specdeploy.runtime.schedule import cost_model, itl_grid, k_values, proposal_survival
 
+_UNAVAILABLE = -1e300
+"""Score (and bar) of a K not available at a batch size."""
+
 
 def cost_from_grid(itl_ms: npt.NDArray[np.float64]) -> StepCostModel:
     """A cost model from a dense ITL grid (every finite cell, K + 1 tokens verified)."""
@@ -256,7 +259,9 @@ class AdaptivePolicy:
             if best == 0:
                 if row[0] >= row[cur]:
                     return self._switch(0, tick)
-            elif row[best] > self._bar[i][cur] and (cur == 0 or tick >= self._dwell_until):
+            elif row[best] > self._bar[i][cur] and (
+                cur == 0 or tick >= self._dwell_until or row[cur] <= _UNAVAILABLE
+            ):
                 return self._switch(best, tick)
         return cur
 
@@ -351,8 +356,10 @@ class AdaptivePolicy:
         self._itl_now = itl
         self._ratio = ratio
         self._verified = verified
-        self._score: list[list[float]] = np.where(self._usable, score, -1e300).tolist()
-        self._bar: list[list[float]] = np.where(self._usable, bar, 1e300).tolist()
+        # A K unavailable at a batch size scores lowest and bars nothing: a pod running it
+        # (its batch size just moved) leaves it for the best available K at once.
+        self._score: list[list[float]] = np.where(self._usable, score, _UNAVAILABLE).tolist()
+        self._bar: list[list[float]] = np.where(self._usable, bar, _UNAVAILABLE).tolist()
         self._best_k: list[int] = best.tolist()
         self._plan_exploration(rates, verified, itl, lengths, lam)
         self.generation += 1

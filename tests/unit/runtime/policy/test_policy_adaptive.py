@@ -293,3 +293,20 @@ def test_the_gain_over_plain_decoding_uses_the_profiled_baseline() -> None:
     collapsed = policy_for(truth, rates=(0.0,) * MAX_K)
     low = collapsed.gain_over_vanilla(8)
     assert low is not None and low < 1.0  # K=0 with speculation costs more than vanilla
+
+
+def test_a_k_unavailable_at_the_new_batch_size_is_left_at_once() -> None:
+    """K=2 is measured at small batches only; when the batch grows the policy drops it."""
+    import yaml
+
+    from specdeploy.runtime.profile import parse_profile
+    from tests.paths import FIXTURES
+
+    doc = parse_profile(yaml.safe_load((FIXTURES / "profile-small.yaml").read_text()))
+    policy = AdaptivePolicy.from_profile(doc, AdaptiveConfig(explore_budget=0.0), max_batch_size=16)
+    assert 2 in policy.explain(1) and 2 not in policy.explain(16)
+    while policy.choose_k(1) != 2:
+        pass
+    ks = [policy.choose_k(16) for _ in range(40)]
+    assert ks[-1] in policy.explain(16)
+    assert ks.count(2) <= 12  # only while the smoothed batch size still says K=2 is there
