@@ -168,8 +168,15 @@ def _simulate(args: argparse.Namespace) -> dict[str, Any]:
 
 def _machines(preset: Any, scenario: str) -> tuple[Any, Any]:
     """(serving preset, profiled preset): the same machine unless the scenario differs them."""
-    from specdeploy.runtime.sim.scenarios import half_compute, mixed_preset, uniformly_slower
+    from specdeploy.runtime.sim.scenarios import (
+        drift_preset,
+        half_compute,
+        mixed_preset,
+        uniformly_slower,
+    )
 
+    if scenario == "drift":
+        return preset, drift_preset(preset)
     if scenario == "pessimistic-profile":
         return preset, half_compute(preset)
     if scenario == "slower-machine":

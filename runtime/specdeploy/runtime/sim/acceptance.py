@@ -373,10 +373,10 @@ class _MixtureSampler:
 # 1-3; here misses and bursts of copying around that, the drafting rate
 # (~30% on chat) is separate (``proposals.CHAT_LOOKUP``).
 EAGLE_MT_BENCH = Profile((0.8, 0.7, 0.6, 0.5, 0.42, 0.36, 0.3))
-EAGLE_VLLM_ANCHORED = Profile((0.61, 0.53, 0.46, 0.38, 0.32, 0.27, 0.23))
-"""EAGLE-1 as vLLM measures it (#16035: AL(2) ~ 1.89, AL(4) ~ 2.08): the
-MT-Bench curve's shape at 0.76 of its level, AL(2) 1.93 and AL(4) 2.14. The
-calibration of ``seed-dense`` (``calibration.py``) picks the level."""
+EAGLE_VLLM_ANCHORED = EAGLE_MT_BENCH.scaled(0.62)
+"""EAGLE-1 near the level vLLM measures (#16035: AL(2) ~ 1.89, AL(4) ~ 2.08): the
+MT-Bench curve's shape with position 1 at 0.62, AL(2) 1.96 and AL(4) 2.17. The
+level is the joint fit of ``seed-dense`` (``calibration.py``)."""
 EAGLE3_MT_BENCH = Profile((0.84, 0.76, 0.7, 0.64, 0.58, 0.52, 0.46))
 DRAFT_MODEL_MT_BENCH = Profile((0.75, 0.68, 0.62, 0.57, 0.53, 0.5, 0.47))
 NGRAM_MISS = Profile((0.6, 0.7, 0.75, 0.75, 0.75, 0.75, 0.75))

@@ -3,12 +3,16 @@
 Two presets mirror the seed (Cohere, "Hardware-Aware, Dynamic Speculative
 Decoding"): ``seed-dense`` (Command A, 111B dense, TP 4 on H100, EAGLE) and
 ``seed-moe`` (a ~400B-total / ~30B-active fine-grained MoE, TP 8 on H100,
-FP8, EAGLE; the seed's MoE shape is not public). With the default cost model
-they reproduce the seed's qualitative findings from the physics alone:
+FP8, EAGLE; the seed's MoE shape is not public). They reproduce the seed's
+qualitative findings from the physics:
 
 - seed-dense: the best fixed K falls monotonically with batch size, and
-  fixed K=3 drops below vanilla at batch 256 (its step is compute-bound:
-  4x the tokens of a vanilla step cost ~3x the time while AL(3) is ~2.7).
+  fixed K=3 drops below vanilla at batch 128 and 256 (its step is
+  compute-bound: 4x the tokens of a vanilla step cost ~2.5x the time while
+  AL(3) is ~2). Its EAGLE acceptance level and GEMM half height are fitted
+  jointly to the seed's BS 128 and 256 figures and vLLM's EAGLE AL anchors
+  (``calibration.py``; README "What make demo shows" lists what no single
+  setting fits).
 - seed-moe: the best fixed K is non-monotonic: low at small batch (each
   extra verified token loads ~8 more experts), higher around 16-64 (the batch
   already touches nearly every expert), low again at 256 (compute and
@@ -27,6 +31,7 @@ from specdeploy.runtime.sim.acceptance import (
     DRAFT_MODEL_MT_BENCH,
     EAGLE3_MT_BENCH,
     EAGLE_MT_BENCH,
+    EAGLE_VLLM_ANCHORED,
     NGRAM_CHAT,
     AcceptanceModel,
 )
@@ -54,6 +59,8 @@ from specdeploy.runtime.sim.workload import (
 )
 
 SIM_ENGINE_VERSION = "0.32.0"
+SEED_DENSE_GEMM_M_HALF = 192.0
+"""seed-dense's GEMM half-efficiency height: the joint fit of ``calibration.py``."""
 """The vLLM version whose behaviour the engine model follows."""
 
 
@@ -189,10 +196,11 @@ def _presets() -> dict[str, Preset]:
             tp=4,
             model=COMMAND_A,
             drafter=eagle_head(COMMAND_A, "sim/eagle-command-a"),
-            acceptance=EAGLE_MT_BENCH,
+            acceptance=EAGLE_VLLM_ANCHORED,
             max_k=5,
             max_batch_size=256,
             workload=ClosedLoop(256),
+            gemm_m_half=SEED_DENSE_GEMM_M_HALF,
         ),
         Preset(
             name="seed-moe",

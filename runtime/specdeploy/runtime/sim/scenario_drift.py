@@ -1,9 +1,11 @@
 """Acceptance drift: the batch size stays, the traffic changes.
 
 Acceptance falls from about 0.8 to about 0.5 at position 1 halfway through
-the run. A static table keeps the K that was right for the old traffic; the
-adaptive policy should re-learn acceptance and get back to the best fixed K
-for the new traffic. The oracle switches from the best fixed K before to the
+the run (the preset's curve moved to those levels). The profile, and so the
+table, is made on the traffic before the drift (``drift_preset``): the
+table keeps the K that was right for the old traffic; the adaptive policy
+should re-learn acceptance and get back to the best fixed K for the new
+traffic. The oracle switches from the best fixed K before to the
 best after at the drift (both found per seed in hindsight). All figures are
 modelled (simulator).
 """
@@ -11,7 +13,7 @@ modelled (simulator).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specdeploy.runtime.policy.base import StepRecord
@@ -19,6 +21,7 @@ from specdeploy.runtime.policy.static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
 from specdeploy.runtime.sim.compare import Comparison, figures
 from specdeploy.runtime.sim.engine import AnyPolicy, StepTrace
+from specdeploy.runtime.sim.presets import Preset
 from specdeploy.runtime.sim.scenario_common import (
     Figures,
     Progress,
@@ -61,6 +64,12 @@ def drift_profiles(nominal: Sequence[float]) -> tuple[Profile, Profile]:
     return curve.scaled(DRIFT_BEFORE_FIRST), curve.scaled(DRIFT_AFTER_FIRST)
 
 
+def drift_preset(preset: Preset) -> Preset:
+    """The preset serving the traffic before the drift: what its profile is made on."""
+    before, _ = drift_profiles(preset.acceptance.nominal())
+    return replace(preset, name=f"{preset.name}-before-drift", acceptance=before)
+
+
 def windowed_ratio(trace: StepTrace, start: int, window: int, reference: float) -> list[float]:
     """Throughput of consecutive ``window``-step windows from ``start``, over ``reference``."""
     return [
@@ -97,7 +106,10 @@ def compare_drift(
     window: int = 250,
     progress: Progress = None,
 ) -> ScenarioOutput:
-    """Run ``2 x steps`` steps with the acceptance drop at the midpoint, on every seed."""
+    """Run ``2 x steps`` steps with the acceptance drop at the midpoint, on every seed.
+
+    ``cmp.profile`` should be made on ``drift_preset(cmp.preset)`` (the CLI makes it so).
+    """
     steps = cmp.settings.steps
     workload = ClosedLoop(batch_size, cmp.preset.workload.prompt, cmp.preset.workload.output)
     before, after = drift_profiles(cmp.preset.acceptance.nominal())

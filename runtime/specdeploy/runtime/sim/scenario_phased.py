@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from specdeploy.runtime.goodput import acceptance_length
 from specdeploy.runtime.sim.compare import Comparison, figures
 from specdeploy.runtime.sim.engine import SimResult
 from specdeploy.runtime.sim.oracles import StateOracle
@@ -103,6 +102,5 @@ def compare_phased(
         "rates_rps": list(rates),
         "phase_s": phase_s,
         "drained": True,
-        "nominal_al3": round(acceptance_length(preset.nominal_rates(), 3), 3),
     }
     return rows, info

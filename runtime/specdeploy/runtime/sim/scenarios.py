@@ -20,6 +20,7 @@ from __future__ import annotations
 from specdeploy.runtime.sim.scenario_collapse import compare_collapse
 from specdeploy.runtime.sim.scenario_drift import (
     compare_drift,
+    drift_preset,
     drift_profiles,
     recovery_steps,
     windowed_ratio,
@@ -57,6 +58,7 @@ __all__ = [
     "compare_phased",
     "compare_rollout",
     "compare_slower_machine",
+    "drift_preset",
     "drift_profiles",
     "half_compute",
     "mixed_preset",

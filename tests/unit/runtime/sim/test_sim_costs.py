@@ -190,8 +190,11 @@ def _goodput(preset_name: str, bs: int, k: int, *, vanilla: bool = False) -> flo
 
 def test_seed_dense_fixed_k3_falls_below_vanilla_at_batch_256() -> None:
     assert _goodput("seed-dense", 256, 3) < 0.95 * _goodput("seed-dense", 256, 0, vanilla=True)
-    # ... while it is a large win at batch 1.
-    assert _goodput("seed-dense", 1, 3) > 1.8 * _goodput("seed-dense", 1, 0, vanilla=True)
+    # ... while at batch 1 verifying three drafts costs little: most of AL(3) is a gain.
+    from specdeploy.runtime.goodput import acceptance_length
+
+    al3 = acceptance_length(get_preset("seed-dense").nominal_rates(), 3)
+    assert _goodput("seed-dense", 1, 3) > 0.8 * al3 * _goodput("seed-dense", 1, 0, vanilla=True)
 
 
 def test_seed_dense_best_k_falls_monotonically_with_batch_size() -> None:
