@@ -7,11 +7,11 @@ decoding sequence: the K it was scheduled with, its proposal length L <= K
 and how many drafts the target accepted (<= L, a prefix).
 
 With one K for the whole batch (vLLM's case) histograms suffice: position
-i is reached by the sequences that accepted at least i - 1 drafts, proposed
-by those of them whose proposal was longer than i - 1 ... that is, those that
-accepted i or stopped at i because the target rejected a proposed token.
-Per-request K (the mixed scenario's oracle) takes a (position x sequence)
-table instead.
+i is reached by the sequences that accepted at least i - 1 drafts; of those,
+it was proposed for the ones that went on to accept it and for the ones the
+target stopped there by rejecting a proposed token (their proposal was
+longer than what they accepted). Per-request K (the mixed scenario) takes a
+(position x sequence) table instead.
 """
 
 from __future__ import annotations

@@ -61,5 +61,6 @@ def window_tokens_per_s(trace: StepTrace, start: int, stop: int | None = None) -
 
 
 def mean_bs(figures: Figures) -> float:
+    """The mean batch size of a run (the record's ``batch_size`` for single-load scenarios)."""
     value = figures.get("mean_batch_size")
     return float(value) if value is not None else 0.0

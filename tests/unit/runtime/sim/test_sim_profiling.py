@@ -198,3 +198,28 @@ def test_profile_cell_measures_only_pure_decode_steps() -> None:
 def test_plain_decoding_cells_refuse_drafts() -> None:
     with pytest.raises(ValueError, match="k must be 0"):
         profile_cell(get_preset("seed-dense"), 4, 2, speculative=False)
+
+
+def test_sim_profiler_backend_returns_the_counts_and_totals_of_its_measured_steps() -> None:
+    from specdeploy.runtime.profiler.sim_backend import SimBackend
+
+    preset = get_preset("llama8b-ngram-a100")
+    backend = SimBackend(preset, seed=4, jitter=0.0)
+    sample = backend.measure(16, 3, 64)
+    assert len(sample.step_seconds) == 64
+    assert sample.sequence_steps == 16 * 64
+    assert sample.proposed is not None and sample.offered is not None
+    assert sample.scheduled == (16 * 64,) * 3
+    # n-gram: a third of the sequence-steps propose; a missing draft is reached, not proposed.
+    assert sample.drafted[0] == 16 * 64
+    assert sample.proposed[0] < 0.5 * sample.drafted[0]
+    assert all(
+        a <= p <= d
+        for a, p, d in zip(sample.accepted, sample.proposed, sample.drafted, strict=True)
+    )
+    assert sample.verified_tokens is not None and sample.context_tokens is not None
+    assert 16 * 64 < sample.verified_tokens < 4 * 16 * 64
+    long = backend.measure(16, 3, 64, prompt_tokens=2000)
+    assert long.context_tokens is not None
+    assert long.context_tokens > 4 * sample.context_tokens  # the search can walk a context axis
+    assert sum(long.step_seconds) > sum(sample.step_seconds)
