@@ -281,11 +281,10 @@ def scenario_table_follows_batch_size() -> dict[str, Any]:
 def scenario_adaptive_follows_batch_size() -> dict[str, Any]:
     doc = {"policy": "adaptive", "maxK": MAX_K, "schedule": [[1, 4, 3], [5, 16, 1]]}
     table = write_table("adaptive", doc, profile_spec())
-    # The per-step objective: the driver's synthetic steps take microseconds, far from
-    # the fixture profile's costs, and this scenario is about K following the batch
-    # size through the hooks, not about the throughput objective's lambda.
-    latency = json.dumps({"objective": "latency"})
-    with addon_env(table_file=str(table), allowed_k="all", pool="cpu", adaptive=latency):
+    # The default (per-step) objective: the driver's synthetic steps take microseconds,
+    # far from the fixture profile's costs, and this scenario is about K following the
+    # batch size through the hooks.
+    with addon_env(table_file=str(table), allowed_k="all", pool="cpu"):
         s = build()
     driver = Driver(s, lambda step, n: n)  # every draft accepted
     trace = ramp(driver, [1, 16, 1], 40)

@@ -23,7 +23,6 @@ from specdeploy.operator.builders.rbac import (
 )
 from specdeploy.operator.context import Context, PoolPlan, keep_previous, pool_status
 from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
-from specdeploy.operator.floor import judge
 from specdeploy.operator.naming import deployment_name, job_name
 from specdeploy.operator.observed import (
     JobPhase,
@@ -36,6 +35,7 @@ from specdeploy.operator.observed import (
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.serving import Table, serve
 from specdeploy.operator.status import PoolOutcome, Profiling
+from specdeploy.runtime.floor import judge
 from specdeploy.runtime.schedule import Range, derive_schedule, schedule_problems
 
 

@@ -15,13 +15,13 @@ from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.configmap import table_configmap
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
 from specdeploy.operator.context import Context, PoolPlan, conflict, pool_status
-from specdeploy.operator.floor import Verdict
 from specdeploy.operator.manifests import needs_apply, with_applied_hash
 from specdeploy.operator.naming import deployment_name, table_configmap_name
 from specdeploy.operator.observed import rollout_state
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.status import PoolOutcome, Profiling
 from specdeploy.runtime.contract import PoolTable
+from specdeploy.runtime.floor import Verdict
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.schedule import Range, format_schedule
 

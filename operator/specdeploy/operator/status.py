@@ -20,7 +20,7 @@ from specdeploy.operator.api import (
     PoolStatus,
     SpeculativeDeploymentStatus,
 )
-from specdeploy.operator.floor import Verdict
+from specdeploy.runtime.floor import Verdict
 
 VALID, PROFILED, AVAILABLE, PROGRESSING = "Valid", "Profiled", "Available", "Progressing"
 BENEFICIAL = "SpeculationBeneficial"

@@ -79,9 +79,10 @@ def test_oracle_is_the_best_fixed_k_and_vanilla_never_speculates(tmp_path: Path)
         assert rows[("vanilla", bs)]["mean_k"] == 0
         fixed = {k: rows[(f"fixed:{k}", bs)]["tokens_per_s"] for k in range(6)}
         oracle = rows[("oracle", bs)]
-        # The oracle runs its K with a table set (piecewise graphs): just below that fixed K.
+        # The oracle runs its K with a table set; vLLM 0.32's V2 runner keeps full graphs
+        # for EAGLE, so that costs nothing and the oracle is exactly that fixed K.
         assert oracle["oracle_k"] == max(fixed, key=lambda k: fixed[k])
-        assert 0.95 * fixed[oracle["oracle_k"]] < oracle["tokens_per_s"] < fixed[oracle["oracle_k"]]
+        assert oracle["tokens_per_s"] == pytest.approx(fixed[oracle["oracle_k"]], rel=1e-9)
     # the trade-off exists in the model: more K wins at BS 2, loses at BS 256
     assert rows[("oracle", 2)]["oracle_k"] > rows[("oracle", 256)]["oracle_k"]
 
@@ -112,10 +113,11 @@ def test_drift_scenario_adaptive_lowers_k_and_table_does_not(tmp_path: Path) -> 
 def test_oscillation_makes_the_per_step_lookup_thrash_but_not_adaptive(tmp_path: Path) -> None:
     doc = _simulate(
         tmp_path, "--preset", "seed-dense", "--scenario", "oscillate",
-        "--policies", "table,adaptive", "--steps", "1000",
+        "--policies", "table,adaptive", "--steps", "3000",
     )  # fmt: skip
     rows = _rows(doc)
     assert rows["table"]["k_changes_per_1000_steps"] > 50
+    # the first choice and a few budgeted exploration steps (two changes each)
     assert rows["adaptive"]["k_changes_per_1000_steps"] <= 2
 
 
@@ -160,7 +162,7 @@ def test_rollout_drains_the_same_requests_for_every_policy(tmp_path: Path) -> No
     for r in rows.values():
         assert r["per_seed"][0]["completed"] == 256
     # Speculation shortens the makespan; the per-step oracle is about as fast as the best
-    # fixed K while paying the piecewise graphs of a table (5% of a step at BS 1 here).
+    # fixed K (a table costs nothing on the V2 runner; 1 ms per change of K).
     makespan = {p: r["spread"]["makespan_s"]["mean"] for p, r in rows.items()}
     assert makespan["fixed:3"] < 0.7 * makespan["vanilla"]
     assert makespan["oracle"] < 1.03 * makespan["fixed:3"]

@@ -9,11 +9,11 @@ What it predicts, per batch size and K (DESIGN.md, "The math"):
   priced by the profile's model with live scales per batch-size bucket and
   a live context term (``estimators.CostEstimator``).
 
-What it maximises (``AdaptiveConfig.objective``): ``throughput``, the
-Dinkelbach form bs * AL(K) - lambda * ITL(bs, K) with lambda the system's
-observed tokens/s (throughput-optimal when batch sizes alternate; the
-per-step ratio in steady state), or ``latency``, the per-step AL / ITL
-(per-request TPOT, a draining batch).
+What it maximises (``AdaptiveConfig.objective``): ``latency`` (default), the
+per-step AL / ITL (per-request TPOT, a draining batch, open-loop serving), or
+``throughput``, the Dinkelbach form bs * AL(K) - lambda * ITL(bs, K) with
+lambda the system's observed tokens/s (throughput-optimal in a saturated
+closed loop whose batch sizes alternate; the per-step ratio in steady state).
 
 Two speeds:
 

@@ -22,7 +22,8 @@ decoding; a larger half height would fit the BS 256 figures better only by
 making a single token's GEMMs slower than streaming the weights. Modelled figures are the cost
 model's at the workload's mean context: vanilla with no speculation, fixed
 K=3 with speculation and full graphs, DSD the best K with a table set
-(piecewise graphs). ``fit`` reports the residual of every figure, so what
+(piecewise graphs only where the preset's runner is V1; seed-dense's EAGLE
+runs on V2, full graphs). ``fit`` reports the residual of every figure, so what
 no single setting fits is visible, not averaged away. All figures are
 modelled.
 """
@@ -60,7 +61,7 @@ SEED_TARGETS: tuple[Target, ...] = (
 REPORTED: tuple[Target, ...] = (
     Target("DSD / fixed:3 at BS 1", 1.0, "seed: at low batch DSD matches fixed K"),
 )
-"""Reported beside the fit, not fitted: no knob here moves it (the table's piecewise graphs do)."""
+"""Reported beside the fit, not fitted: no knob here moves it (V1 piecewise graphs would)."""
 
 
 BATCH_ONE_COMPUTE_SHARE = 0.75

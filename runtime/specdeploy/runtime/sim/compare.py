@@ -9,14 +9,22 @@ Policies by name:
                 full CUDA graphs);
 * ``table``     the static schedule derived from the preset's (modelled)
                 profile, looked up by the raw batch size like vLLM does;
-* ``adaptive``  specdeploy's policy, seeded with the same profile;
+* ``adaptive``  specdeploy's policy, seeded with the same profile, choosing
+                among the K the pod's table starts with plus 0 (the add-on's
+                K set: the table's values are the engine's graph shapes);
+* ``specdeploy`` the product: the operator's plain-decoding floor
+                (``floor.judge`` on the same profile) and, where it predicts
+                speculation wins, ``adaptive``. Judged at the batch size a
+                closed loop runs (a pool serving only that load), otherwise
+                at the profiled sizes, as the operator does today;
 * ``oracle``    the best K in hindsight (per batch size, per phase, or per
                 step from the true cost: each scenario says which).
 
-``table`` and ``adaptive`` set a K table, so the pod runs piecewise CUDA
-graphs and pays their per-layer cost (``costs.py``); vanilla and fixed K do
-not. Oracles pay it too: an oracle measures the *choice* of K on the
-platform a table-driven pod runs, not the platform.
+``table`` and ``adaptive`` set a K table; on vLLM's V1 model runner that
+forces piecewise CUDA graphs and their per-layer cost (``costs.py``,
+``Preset.runner``); vanilla and fixed K never pay it. Oracles set a table
+too: an oracle measures the *choice* of K on the platform a table-driven pod
+runs, not the platform.
 
 Every policy runs on the same seeds (``seeds.py``): per seed the same
 request lengths, arrivals and acceptance draws (common random numbers), so
@@ -30,17 +38,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeploy.runtime.floor import Verdict, judge
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
-from specdeploy.runtime.policy.static import FixedPolicy
+from specdeploy.runtime.policy.static import FixedPolicy, static_lookup
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.sim.engine import AnyPolicy, SimResult
 from specdeploy.runtime.sim.presets import Preset
 from specdeploy.runtime.sim.seeds import DEFAULT_SEEDS, SeedFigures, spreads
 from specdeploy.runtime.sim.workload import ClosedLoop, Workload
 
-BASE_POLICIES = ("vanilla", "table", "adaptive", "oracle")
+BASE_POLICIES = ("vanilla", "table", "adaptive", "specdeploy", "oracle")
 TABLE_POLICIES = frozenset({"table", "adaptive", "oracle"})
-"""Policies that set a K table (and so run piecewise CUDA graphs)."""
+"""Policies that set a K table (on the V1 runner: piecewise CUDA graphs)."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,8 @@ def parse_policies(text: str, *, max_k: int) -> list[str]:
                 raise ValueError(f"--policies: {name!r} needs an integer K in 0..maxK={max_k}")
             continue
         raise ValueError(
-            f"--policies: unknown policy {name!r}; use vanilla, fixed:N, table, adaptive, oracle"
+            f"--policies: unknown policy {name!r}; "
+            "use vanilla, fixed:N, table, adaptive, specdeploy, oracle"
         )
     if len(set(names)) != len(names):
         raise ValueError("--policies: a policy is listed twice")
@@ -150,9 +160,33 @@ class Comparison:
             return TablePolicy.from_profile(self.profile, max_batch_size=self.preset.max_batch_size)
         if name == "adaptive":
             return AdaptivePolicy.from_profile(
-                self.profile, max_batch_size=self.preset.max_batch_size
+                self.profile, max_batch_size=self.preset.max_batch_size, allowed_k=self.pod_k()
             )
         raise ValueError(f"no single policy is called {name!r}")
+
+    def pod_k(self) -> list[int]:
+        """The K a pod started with this profile's table may run: the table's K and 0.
+
+        The add-on keeps K inside the K set of the table vLLM started with (the
+        engine's CUDA-graph shapes); the operator adds 0 (``SPECDEPLOY_ALLOWED_K``)
+        so a pod can always fall to the floor.
+        """
+        lookup = static_lookup(self.profile.spec, self.preset.max_batch_size)
+        return sorted({0, *lookup[1:]})
+
+    def floor(self, workload: Workload) -> Verdict:
+        """The operator's plain-decoding verdict for a pool serving ``workload``."""
+        if isinstance(workload, ClosedLoop):
+            served = [workload.concurrency]
+        else:
+            served = sorted({m.batch_size for m in self.profile.spec.measurements})
+        return judge(self.profile.spec, served)
+
+    def resolve(self, name: str, workload: Workload) -> str:
+        """The policy a pod runs: ``specdeploy`` is vanilla or adaptive, by the floor."""
+        if name != "specdeploy":
+            return name
+        return "vanilla" if self.floor(workload).loses else "adaptive"
 
     def run(
         self,
@@ -186,6 +220,7 @@ class Comparison:
 
     def run_named(self, name: str, workload: Workload, *, seed: int, **kw: Any) -> SimResult:
         """``run`` with the policy built from its name (and its table flag)."""
+        name = self.resolve(name, workload)
         return self.run(self.build(name), workload, seed=seed, table=name in TABLE_POLICIES, **kw)
 
     def allowed_k(self) -> list[int]:
@@ -230,6 +265,12 @@ def compare_steady(
             extra: dict[str, Any] = {}
             if name == "oracle":
                 extra["oracle_k"] = max(set(oracle_ks), key=oracle_ks.count)
+            if name == "specdeploy":
+                verdict = cmp.floor(workload)
+                extra["floor"] = {
+                    "predicted_gain": verdict.gain,
+                    "serves": cmp.resolve(name, workload),
+                }
             rows.append(PolicyResult(name, bs, tuple(per_policy[name]), extra))
     return rows
 

@@ -16,10 +16,12 @@ engine adds host-side costs that a GPU roofline does not see. Three modes:
 Two costs depend on how the pod is configured rather than on the step:
 
 - ``piecewise``: a K table (``num_speculative_tokens_per_batch_size``) makes
-  vLLM V1 fall back to piecewise CUDA graphs, with attention run eagerly
-  between them: a per-layer launch cost that vanilla serving and a plain
-  fixed K (full graphs) do not pay. Only the table and adaptive policies set
-  a table, so only they are charged.
+  vLLM's V1 model runner fall back to piecewise CUDA graphs, with attention
+  run eagerly between them: a per-layer launch cost that vanilla serving and
+  a plain fixed K (full graphs) do not pay. Only the table and adaptive
+  policies set a table, so only they are charged, and only on V1: vLLM 0.32
+  runs V2 for every method it supports, which captures full graphs per K in
+  the table (a preset's ``runner`` zeroes ``per_layer_s`` there).
 - ``switched``: a step whose K differs from the previous step's selects
   another set of captured graphs and re-plans the draft buffers
   (``Overheads.k_switch_s``), so a policy that thrashes pays for it.
@@ -46,8 +48,9 @@ class Overheads:
     per_seq_s: float = 4e-6
     """Host bookkeeping per scheduled sequence (detokenisation, stop checks, ...)."""
     per_layer_s: float = 8e-6
-    """Per target layer, only with a K table set: attention runs eagerly between
-    piecewise CUDA graphs (vLLM V1 forces PIECEWISE graphs once a table is set)."""
+    """Per target layer, only with a K table set on vLLM's V1 model runner:
+    attention runs eagerly between piecewise CUDA graphs (V1 forces PIECEWISE
+    graphs once a table is set; V2 keeps full graphs)."""
     spec_step_s: float = 0.4e-3
     """Speculation configured: rejection sampler, draft bookkeeping, an extra host sync."""
     spec_per_seq_s: float = 3e-6

@@ -23,7 +23,7 @@ The others cover the remaining GPUs and methods. Everything is modelled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from specdeploy.runtime.profile import SIM_ENGINE, Fingerprint
@@ -59,9 +59,13 @@ from specdeploy.runtime.sim.workload import (
 )
 
 SIM_ENGINE_VERSION = "0.32.0"
+"""The vLLM version whose behaviour the engine model follows."""
 SEED_DENSE_GEMM_M_HALF = 192.0
 """seed-dense's GEMM half-efficiency height: the joint fit of ``calibration.py``."""
-"""The vLLM version whose behaviour the engine model follows."""
+V1_RUNNER_METHODS = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
+"""Methods vLLM 0.32's V2 model runner does not support, so it runs them on V1
+(``VllmConfig._get_v2_model_runner_unsupported_features``)."""
+MODEL_RUNNERS = ("v1", "v2")
 
 
 @dataclass(frozen=True)
@@ -87,13 +91,40 @@ class Preset:
     """The roofline's GEMM half-efficiency height (``roofline.Roofline``)."""
     time_scale: float = 1.0
     """Every step this many times as long (``costs.StepCost.time_scale``)."""
+    model_runner: str = ""
+    """vLLM's model runner, ``v1`` or ``v2``; empty: vLLM 0.32's own choice (``runner``)."""
+
+    def __post_init__(self) -> None:
+        if self.model_runner and self.model_runner not in MODEL_RUNNERS:
+            raise ValueError(
+                f"model_runner must be one of {list(MODEL_RUNNERS)} or empty, "
+                f"got {self.model_runner!r}"
+            )
+
+    @property
+    def runner(self) -> str:
+        """The model runner the pod gets.
+
+        vLLM 0.32 picks V2 whenever Triton is present (every GPU build) and the
+        method is supported (``VllmConfig.use_v2_model_runner``). That matters
+        for a K table: V1 overrides full CUDA graphs with PIECEWISE once a table
+        is set (``_maybe_override_dynamic_sd_cudagraph_mode``), V2 captures full
+        graphs for every K the table holds (``v1/worker/gpu/cudagraph_utils.py``),
+        so only a V1 pod pays ``Overheads.per_layer_s``.
+        """
+        if self.model_runner:
+            return self.model_runner
+        return "v1" if self.drafter.method in V1_RUNNER_METHODS else "v2"
 
     @cached_property
     def cost(self) -> StepCost:
         """The step cost model (one instance per preset: its memo tables are shared)."""
         roof = Roofline(self.gpu, self.tp, gemm_m_half=self.gemm_m_half)
+        overheads = self.overheads
+        if self.runner != "v1":  # full graphs with a table: no per-layer launches
+            overheads = replace(overheads, per_layer_s=0.0)
         return StepCost(
-            self.gpu, self.model, self.drafter, self.tp, roof, self.overheads, self.time_scale
+            self.gpu, self.model, self.drafter, self.tp, roof, overheads, self.time_scale
         )
 
     @property
@@ -117,8 +148,9 @@ class Preset:
     ) -> EngineConfig:
         """An engine for this preset; ``speculative`` False is vanilla serving.
 
-        ``piecewise``: a K table is set (the table and adaptive policies), so
-        vLLM runs piecewise CUDA graphs (``costs.py``).
+        ``piecewise``: a K table is set (the table and adaptive policies); on
+        the V1 runner vLLM then runs piecewise CUDA graphs (``costs.py``), on
+        V2 it costs nothing (``runner``).
         """
         batch = self.max_batch_size if max_batch_size is None else max_batch_size
         return EngineConfig(

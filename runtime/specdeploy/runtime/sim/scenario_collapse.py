@@ -9,8 +9,11 @@ bookkeeping; only a restart without speculation (vanilla, reported beside
 it) removes those.
 
 Figures per seed: steps from the collapse to the first K=0, the share of
-later steps at K > 0, and tokens per engine second after the collapse
-(from ``SETTLE_STEPS`` after it, so the reaction time is not counted twice).
+later steps at K > 0, tokens per engine second after the collapse (from
+``SETTLE_STEPS`` after it, so the reaction time is not counted twice), and
+the policy's predicted gain over plain decoding at the end (the
+``specdeploy_predicted_gain_over_vanilla`` a pod exports: what tells the
+operator a restart without speculation would pay).
 All figures are modelled.
 """
 
@@ -22,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
-from specdeploy.runtime.sim.compare import Comparison, figures
+from specdeploy.runtime.sim.compare import TABLE_POLICIES, Comparison, figures
 from specdeploy.runtime.sim.scenario_common import (
     Figures,
     Progress,
@@ -56,8 +59,20 @@ def compare_collapse(
     total = COLLAPSE_STEP + AFTER_STEPS
 
     def run_one(name: str, seed: int) -> Figures:
-        r = cmp.run_named(name, workload, seed=seed, steps=total, trace=True, acceptance=acceptance)
+        name = cmp.resolve(name, workload)
+        policy = cmp.build(name)
+        r = cmp.run(
+            policy,
+            workload,
+            seed=seed,
+            table=name in TABLE_POLICIES,
+            steps=total,
+            trace=True,
+            acceptance=acceptance,
+        )
         assert r.trace is not None
+        judged = getattr(policy, "gain_over_vanilla", None)
+        gain = judged(batch_size) if judged is not None else None
         k = r.trace.k[COLLAPSE_STEP:]
         zero = np.flatnonzero(k == 0)
         first = int(zero[0]) if zero.size else None
@@ -67,6 +82,7 @@ def compare_collapse(
             first_k0_after_steps=first,
             share_k_above_0_after=float(np.mean(later > 0)),
             tokens_per_s_after=window_tokens_per_s(r.trace, COLLAPSE_STEP + SETTLE_STEPS),
+            gain_over_vanilla_after=None if gain is None else round(gain, 4),
         )
 
     rows = over_seeds(
@@ -80,5 +96,6 @@ def compare_collapse(
         "settle_steps": SETTLE_STEPS,
         "acceptance_before": list(good.per_position),
         "acceptance_after": list(bad.per_position),
+        "profile_gain_over_vanilla": cmp.floor(workload).gain,
     }
     return rows, info

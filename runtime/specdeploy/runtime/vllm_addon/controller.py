@@ -174,6 +174,12 @@ class KController:
         if isinstance(explored, int) and explored > self._explored_reported:
             self.metrics.explored(explored - self._explored_reported)
             self._explored_reported = explored
+        gain = getattr(policy, "gain_over_vanilla", None)
+        if gain is not None:
+            try:
+                self.metrics.gain_over_vanilla(gain(batch_size))
+            except Exception:
+                self._policy_failed("gain_over_vanilla")
         explain = getattr(policy, "explain", None)
         if explain is None:
             return

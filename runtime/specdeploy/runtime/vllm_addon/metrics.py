@@ -104,6 +104,13 @@ class AddonMetrics:
             p,
             registry=r,
         )
+        self.predicted_gain = Gauge(
+            "specdeploy_predicted_gain_over_vanilla",
+            "The policy's predicted goodput for the K in force over plain decoding's, at the "
+            "smoothed batch size (below 1: speculation loses; absent without a profiled baseline)",
+            p,
+            registry=r,
+        )
         self.table_generation = Gauge(
             "specdeploy_table_generation",
             "Tables installed since start (1: the first)",
@@ -175,6 +182,14 @@ class AddonMetrics:
 
     def goodput(self, tokens_per_second: float) -> None:
         self.predicted_goodput.labels(self.pool).set(tokens_per_second)
+
+    def gain_over_vanilla(self, gain: float | None) -> None:
+        """What the operator's floor reads (removed while the profile has no baseline)."""
+        if gain is None:
+            with contextlib.suppress(KeyError):  # never set
+                self.predicted_gain.remove(self.pool)
+            return
+        self.predicted_gain.labels(self.pool).set(gain)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Start the HTTP endpoint in a daemon thread; returns the server."""

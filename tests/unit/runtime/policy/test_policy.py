@@ -196,7 +196,8 @@ def test_config_out_of_range_names_the_field(field: str, value: float) -> None:
 def test_default_config_is_valid_and_frozen() -> None:
     config = AdaptiveConfig()
     assert config.recompute_interval == 64
-    assert 0.02 <= config.switch_margin <= 0.03
+    assert 0.0 < config.switch_margin <= 0.01
+    assert config.objective == "latency"
     with pytest.raises(AttributeError):
         config.switch_margin = 0.5  # type: ignore[misc]
 

@@ -262,11 +262,12 @@ def test_exploration_tries_a_k_whose_optimistic_goodput_beats_the_current_one() 
 
 def test_the_throughput_objective_differs_from_the_ratio_when_batch_sizes_alternate() -> None:
     truth = Truth(per_token_ms=0.12)
-    latency = Engine(
-        policy_for(truth, AdaptiveConfig(objective="latency", explore_budget=0.0)), truth
-    )
+    latency = Engine(policy_for(truth, AdaptiveConfig(explore_budget=0.0)), truth)
     throughput = Engine(
-        policy_for(truth, AdaptiveConfig(explore_budget=0.0, bs_smoothing=1.0)), truth
+        policy_for(
+            truth, AdaptiveConfig(objective="throughput", explore_budget=0.0, bs_smoothing=1.0)
+        ),
+        truth,
     )
     for engine in (latency, throughput):
         for t in range(3000):

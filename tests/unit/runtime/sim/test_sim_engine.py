@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
@@ -12,6 +12,7 @@ from specdeploy.runtime.goodput import acceptance_length, conditional_counts
 from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
+from specdeploy.runtime.sim.drafts import NgramDrafter
 from specdeploy.runtime.sim.engine import EngineConfig, simulate
 from specdeploy.runtime.sim.presets import get_preset
 from specdeploy.runtime.sim.workload import (
@@ -335,13 +336,14 @@ def test_a_rollout_drains_every_request_and_reports_its_makespan() -> None:
     assert tr.batch_size[0] == 40 and tr.batch_size[-1] == 1  # it drained to one straggler
 
 
-def test_piecewise_graphs_cost_only_a_pod_with_a_table() -> None:
+def test_piecewise_graphs_cost_only_a_pod_with_a_table_on_the_v1_runner() -> None:
     kw = {"steps": 300, "seed": 22, "trace": True}
-    plain = LLAMA.simulate(FixedPolicy(3), ClosedLoop(8), **kw)  # type: ignore[arg-type]
-    table = LLAMA.simulate(FixedPolicy(3), ClosedLoop(8), piecewise=True, **kw)  # type: ignore[arg-type]
-    vanilla = LLAMA.simulate(None, ClosedLoop(8), speculative=False, **kw)  # type: ignore[arg-type]
+    v1 = replace(LLAMA, model_runner="v1")
+    plain = v1.simulate(FixedPolicy(3), ClosedLoop(8), **kw)  # type: ignore[arg-type]
+    table = v1.simulate(FixedPolicy(3), ClosedLoop(8), piecewise=True, **kw)  # type: ignore[arg-type]
+    vanilla = v1.simulate(None, ClosedLoop(8), speculative=False, **kw)  # type: ignore[arg-type]
     assert plain.trace is not None and table.trace is not None and vanilla.trace is not None
-    per_layer = LLAMA.overheads.per_layer_s * LLAMA.model.layers
+    per_layer = v1.overheads.per_layer_s * v1.model.layers
     assert table.trace.seconds - plain.trace.seconds == pytest.approx(
         np.full(300, per_layer), rel=1e-9
     )
@@ -350,6 +352,21 @@ def test_piecewise_graphs_cost_only_a_pod_with_a_table() -> None:
         LLAMA.simulate(None, ClosedLoop(8), speculative=False, piecewise=True, steps=5)
     # Vanilla pays neither the table's graphs nor speculation's overheads.
     assert vanilla.mean_step_seconds < plain.mean_step_seconds
+    # vLLM 0.32 runs EAGLE-3 on the V2 runner, which keeps full graphs with a table.
+    assert LLAMA.runner == "v2"
+    v2_plain = LLAMA.simulate(FixedPolicy(3), ClosedLoop(8), **kw)  # type: ignore[arg-type]
+    v2_table = LLAMA.simulate(FixedPolicy(3), ClosedLoop(8), piecewise=True, **kw)  # type: ignore[arg-type]
+    assert v2_table.sim_seconds == v2_plain.sim_seconds
+
+
+@pytest.mark.parametrize(
+    ("method", "runner"), [("ngram", "v2"), ("eagle3", "v2"), ("suffix", "v1")]
+)
+def test_the_runner_is_vllms_choice_for_the_method(method: str, runner: str) -> None:
+    drafter = replace(NgramDrafter(), method=method)
+    assert replace(LLAMA, drafter=drafter).runner == runner
+    with pytest.raises(ValueError, match="model_runner"):
+        replace(LLAMA, model_runner="v3")
 
 
 def test_every_change_of_k_pays_the_switch_cost() -> None:

@@ -19,7 +19,7 @@ from specdeploy.runtime.policy.adaptive import AdaptivePolicy
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.vllm_addon.assembly import AddonRefused, start_addon
-from specdeploy.runtime.vllm_addon.controller import KController
+from specdeploy.runtime.vllm_addon.controller import SLOW_TICK_STEPS, KController
 from specdeploy.runtime.vllm_addon.drafting import DraftingRateWatch, Drift
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics, batch_bucket_label
 from specdeploy.runtime.vllm_addon.self_time import TIMING_ENV, SelfTimer, timing_requested
@@ -278,6 +278,37 @@ def test_a_request_without_a_draft_counts_as_reached_and_rejected() -> None:
     assert sample(metrics, "specdeploy_accepted_tokens_total", pool="pool", position="1") == 1
     assert sample(metrics, "specdeploy_verified_tokens_total", pool="pool") == 8
     assert sample(metrics, "specdeploy_decode_sequence_steps_total", pool="pool") == 3
+
+
+class Judging(Recording):
+    """A policy that prices plain decoding (as ``AdaptivePolicy`` does with a baseline)."""
+
+    def __init__(self, k: int, gain: float | None) -> None:
+        super().__init__(k)
+        self.gain = gain
+        self.asked: list[int] = []
+
+    def gain_over_vanilla(self, batch_size: int) -> float | None:
+        self.asked.append(batch_size)
+        return self.gain
+
+
+@pytest.mark.parametrize("gain", [0.91, None])
+def test_the_pod_exports_its_predicted_gain_over_plain_decoding(gain: float | None) -> None:
+    """The live signal of the operator's floor, refreshed on the slow tick only."""
+    metrics = AddonMetrics("pool", 3)
+    c = KController(VLLM_LOOKUP, SHAPE, metrics)
+    policy = Judging(3, gain)
+    c.install(LoadedTable("fixed", policy, (), "", "d"))
+    for _ in range(SLOW_TICK_STEPS - 1):
+        c.step_done(5, 3, 0.02, [(3, 1)] * 5)
+    assert policy.asked == []
+    c.step_done(5, 3, 0.02, [(3, 1)] * 5)
+    assert policy.asked == [5]
+    value = metrics.registry.get_sample_value(
+        "specdeploy_predicted_gain_over_vanilla", {"pool": "pool"}
+    )
+    assert value == gain
 
 
 def test_a_step_without_decoding_requests_is_observed_untimed_and_uncounted() -> None:

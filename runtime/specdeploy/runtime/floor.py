@@ -4,7 +4,8 @@ K=0 with speculation configured is not plain decoding (the drafter's sync
 pass, the speculation bookkeeping, piecewise graphs cost +7-22% upstream,
 vLLM #49548), and a running pod cannot switch speculation off: only a
 Deployment without ``--speculative-config`` can. So the decision is the
-operator's, from the profile's plain-decoding baseline
+operator's (and the simulator's ``specdeploy`` policy models it with this
+same function), from the profile's plain-decoding baseline
 (``ProfileSpec.baseline``) and its cost model: the predicted gain of the best
 K over plain decoding (``schedule.vanilla_gain``) at each batch size the
 pool serves. Until the telemetry loop reports the batch sizes a pool
