@@ -170,9 +170,19 @@ def write_prompts(model: str, path: Path, limit: int) -> int:
 
 @contextmanager
 def server(
-    model: str, profile: dict[str, Any], policy: str | None, folder: Path, log: Path
+    model: str,
+    profile: dict[str, Any],
+    policy: str | None,
+    folder: Path,
+    log: Path,
+    allowed_k: str = "all",
+    timing: bool = True,
 ) -> Iterator[dict[str, Any]]:
-    """vLLM's OpenAI server with the profile's table, and the add-on serving ``policy``."""
+    """vLLM's OpenAI server with the profile's table, and the add-on serving ``policy``.
+
+    ``allowed_k``: the add-on's K set (``SPECDEPLOY_ALLOWED_K``); ``timing``: its
+    self-timing of the hooks (``SPECDEPLOY_ADDON_TIMING``).
+    """
     spec = profile["spec"]
     max_k = int(spec["fingerprint"]["maxK"])
     table = [list(map(int, row)) for row in spec["schedule"]]
@@ -199,10 +209,10 @@ def server(
         env.update(
             SPECDEPLOY_TABLE_FILE=str(folder / "table.json"),
             SPECDEPLOY_POOL="cpu",
-            SPECDEPLOY_ALLOWED_K="all",
+            SPECDEPLOY_ALLOWED_K=allowed_k,
             SPECDEPLOY_METRICS_PORT=str(metrics),
             SPECDEPLOY_METRICS_ADDR="127.0.0.1",
-            SPECDEPLOY_ADDON_TIMING="1",
+            SPECDEPLOY_ADDON_TIMING="1" if timing else "0",
         )
         cmd += ["--scheduler-cls", ADDON]
     started = time.perf_counter()

@@ -142,6 +142,14 @@ def register(subparsers: Any) -> None:
         help="also measure plain decoding (no speculation) per batch size where the backend "
         "can (vllm: a second engine, started after the grid)",
     )
+    grid.add_argument(
+        "--context-axis",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure the best K of the smallest, middle and largest batch size at 1/4 "
+        "and 4x the ordinary prompt length, so the cost model prices context (sim; the vllm "
+        "backend cannot set a context yet)",
+    )
 
     again = p.add_argument_group("re-derive (no engine)")
     again.add_argument(
@@ -215,6 +223,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         gpu_type=args.gpu_type,
         engine=engine,
         baseline=args.baseline,
+        context_axis=args.context_axis,
         output=OutputOptions(
             out=args.out,
             kubernetes=args.kubernetes,

@@ -58,7 +58,8 @@ def test_sim_profile_derives_a_schedule_vllm_accepts(
     assert lookup[1] >= 3 and lookup[64] <= lookup[1]  # the seed's shape: K falls with load
     assert not log.exists()  # nothing to report on success
     raw_doc = json.loads(raw.read_text())
-    assert len(raw_doc["cells"]) == len(spec.measurements)
+    assert len(raw_doc["cells"]) + len(raw_doc["contexts"]) == len(spec.measurements)
+    assert raw_doc["contexts"], "the context axis is on by default"
     assert all(len(c["stepSeconds"]) >= 16 * c["repeats"] for c in raw_doc["cells"])
     err = capsys.readouterr().err
     assert err.count("specdeploy profile: ") >= len(spec.measurements)  # a line per cell
@@ -74,6 +75,7 @@ def test_exhaustive_search_measures_the_whole_grid(tmp_path: Path) -> None:
         *SMALL,
         "--search",
         "exhaustive",
+        "--no-context-axis",
         "--min-repeats",
         "1",
         "--out",

@@ -109,6 +109,26 @@ class MeasuresBaseline(Protocol):
 
 
 @runtime_checkable
+class MeasuresContext(Protocol):
+    """A backend that can start a cell's sequences at a chosen context length.
+
+    The step-cost model prices context (KV reads) additively
+    (``cost.StepCostModel``: gamma per context token); it needs a few cells
+    at other contexts than the serving mix's to fit that slope.
+    """
+
+    def default_prompt_tokens(self) -> int:
+        """The prompt length an ordinary cell's sequences start at (its context)."""
+        ...
+
+    def measure_at_context(
+        self, batch_size: int, k: int, steps: int, prompt_tokens: int
+    ) -> CellSample:
+        """``measure`` with every sequence starting at a ``prompt_tokens``-token context."""
+        ...
+
+
+@runtime_checkable
 class RecordsRuns(Protocol):
     """A backend that keeps a log of its own runs (the ``vllm`` backend: drafts per
     sequence step, skipped steps, wall time), written into the ``--raw`` file."""

@@ -1,7 +1,9 @@
 """From a measured grid to a validated SpeculationProfile with its derived schedule.
 
-Rows are sorted by (batch size, K) and K=0 is present at every batch size
-(the search guarantees it; ``parse_profile`` checks it). Each row carries
+Rows are sorted by (batch size, K, context) and K=0 is present at every
+batch size (the search guarantees it; ``parse_profile`` checks it); a
+(batch size, K) measured at other contexts too (the context axis) has a row
+per context. Each row carries
 what the cost model needs (``cost.py``): the mean tokens a sequence
 verified per step, its mean context, and the cell's drafting rate;
 ``acceptanceLength`` is the cell's realized tokens per sequence-step.
@@ -131,6 +133,7 @@ def build_profile(
     return profile_from_cells(
         grid.cells.values(),
         grid.baselines.values(),
+        contexts=grid.contexts.values(),
         fingerprint=fingerprint,
         source=source,
         dataset=dataset,
@@ -145,6 +148,7 @@ def profile_from_cells(
     cells: Iterable[CellStats],
     baselines: Iterable[CellStats],
     *,
+    contexts: Iterable[CellStats] = (),
     fingerprint: Fingerprint,
     source: Source,
     dataset: str | None,
@@ -154,13 +158,23 @@ def profile_from_cells(
     max_batch_size: int | None = None,
 ) -> SpeculationProfile:
     """The validated profile of measured cells and baselines (``build_profile``'s work, for
-    callers without a grid: re-deriving from a raw file)."""
+    callers without a grid: re-deriving from a raw file).
+
+    ``contexts``: cells at other contexts (the context axis), rows of their own beside
+    the ordinary cell of the same (batch size, K); they price context in the cost
+    model and stay out of the pooled acceptance (their prompts are not the serving mix).
+    """
     stats = sorted(cells, key=lambda c: (c.batch_size, c.k))
     floor = sorted(baselines, key=lambda c: c.batch_size)
     top_k = max((c.k for c in stats), default=0)
     if top_k < 1:
         raise ValueError("no speculative cell measured: a profile needs some K >= 1")
-    rows = tuple(measurement(c) for c in stats)
+    rows = tuple(
+        sorted(
+            (measurement(c) for c in [*stats, *contexts]),
+            key=lambda m: (m.batch_size, m.k, m.context_tokens or 0.0),
+        )
+    )
     spec = ProfileSpec(
         fingerprint=fingerprint,
         source=source,

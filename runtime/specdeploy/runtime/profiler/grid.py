@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from specdeploy.runtime.goodput import DraftCounts, acceptance_lengths
-from specdeploy.runtime.profiler.backend import CellSample, MeasuresBaseline, ProfilerBackend
+from specdeploy.runtime.profiler.backend import (
+    CellSample,
+    MeasuresBaseline,
+    MeasuresContext,
+    ProfilerBackend,
+)
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.sampling import CellStats, Sampling
 
@@ -46,7 +51,7 @@ class Observer(Protocol):
 
     def cell_started(self, batch_size: int, k: int) -> None: ...
 
-    def cell_done(self, stats: CellStats, *, done: int, planned: int) -> None: ...
+    def cell_done(self, stats: CellStats, *, done: int, planned: int, what: str = "") -> None: ...
 
 
 class Grid:
@@ -74,6 +79,9 @@ class Grid:
         self.dropped_from: int | None = None
         self.baselines: dict[int, CellStats] = {}
         """Plain decoding per batch size (``measure_baseline``)."""
+        self.contexts: dict[tuple[int, int, int], CellStats] = {}
+        """Cells at other contexts, keyed (batch size, K, prompt tokens): the cost model's
+        context axis (``measure_at_context``)."""
 
     # --- measuring ---------------------------------------------------------
 
@@ -99,10 +107,23 @@ class Grid:
         ):
             stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats)))
         self.cells[(batch_size, k)] = stats
-        self.planned = max(self.planned, len(self.cells))
-        if self.observer is not None:
-            self.observer.cell_done(stats, done=len(self.cells), planned=self.planned)
+        self._report(stats)
         return stats
+
+    def measured_count(self) -> int:
+        """Every measurement so far: cells, baselines and context cells."""
+        return len(self.cells) + len(self.baselines) + len(self.contexts)
+
+    def plan_more(self, count: int) -> None:
+        """Tell progress that ``count`` more measurements follow (baselines, contexts)."""
+        self.planned = max(self.planned, self.measured_count()) + count
+
+    def _report(self, stats: CellStats, what: str = "") -> None:
+        self.planned = max(self.planned, self.measured_count())
+        if self.observer is not None:
+            self.observer.cell_done(
+                stats, done=self.measured_count(), planned=self.planned, what=what
+            )
 
     def repeat(self, batch_size: int, k: int, rel_ci: float) -> CellStats:
         """One more repeat of a measured cell, sized to reach ``rel_ci`` (a close call)."""
@@ -125,6 +146,27 @@ class Grid:
             stats.add(backend.measure_baseline(batch_size, steps))
             self.calls += 1
         self.baselines[batch_size] = stats
+        self._report(stats, "plain decoding")
+        return stats
+
+    def measure_at_context(self, batch_size: int, k: int, prompt_tokens: int) -> CellStats | None:
+        """A cell at a ``prompt_tokens`` context, repeated to stability; None when the
+        backend cannot set the context. These cells price context only: the pooled
+        acceptance and the search's choices come from the ordinary cells."""
+        key = (batch_size, k, prompt_tokens)
+        known = self.contexts.get(key)
+        if known is not None:
+            return known
+        backend = self.backend
+        if not isinstance(backend, MeasuresContext):
+            return None
+        stats = CellStats(batch_size, k)
+        while not stats.stable(self.sampling):
+            steps = self.sampling.steps_for(stats)
+            stats.add(backend.measure_at_context(batch_size, k, steps, prompt_tokens))
+            self.calls += 1
+        self.contexts[key] = stats
+        self._report(stats, f"K={k} at {prompt_tokens}-token prompts")
         return stats
 
     def goodput_bounds(self, batch_size: int, k: int) -> tuple[float, float]:

@@ -65,6 +65,8 @@ class Rederived:
 
     cells: list[CellStats]
     baselines: list[CellStats] = field(default_factory=list)
+    contexts: list[CellStats] = field(default_factory=list)
+    """Cells at other contexts (the context axis)."""
     reconstructed: bool = False
     """Counts reconstructed from an old raw file (module docstring)."""
 
@@ -87,6 +89,7 @@ def cells_of(raw: Mapping[str, Any]) -> Rederived:
         return Rederived(
             [_current_cell(c, i) for i, c in enumerate(raw["cells"])],
             [_current_cell(c, i, "baseline") for i, c in enumerate(raw.get("baseline") or [])],
+            [_current_cell(c, i, "contexts") for i, c in enumerate(raw.get("contexts") or [])],
         )
     cells = [_old_cell(c, i) for i, c in enumerate(raw["cells"])]
     _estimate_offered(cells)
@@ -117,6 +120,7 @@ def rederive(
     return profile_from_cells(
         found.cells,
         found.baselines,
+        contexts=found.contexts,
         fingerprint=fingerprint,
         source=source,
         dataset=dataset,

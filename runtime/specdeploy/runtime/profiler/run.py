@@ -37,7 +37,12 @@ from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE
 from specdeploy.runtime.profiler.progress import Progress, duration
 from specdeploy.runtime.profiler.sampling import CellStats, Sampling
-from specdeploy.runtime.profiler.search import SearchMode, measure_baselines, run_search
+from specdeploy.runtime.profiler.search import (
+    SearchMode,
+    measure_baselines,
+    measure_contexts,
+    run_search,
+)
 from specdeploy.runtime.profiler.termination import write_termination_message
 from specdeploy.runtime.profiler.writer import ApiWriter, FileWriter, ProfileWriter
 from specdeploy.runtime.schedule import format_schedule
@@ -82,6 +87,9 @@ class ProfileOptions:
     baseline: bool = True
     """Also measure plain decoding per batch size, where the backend can (``MeasuresBaseline``;
     the vllm backend starts a second engine for it)."""
+    context_axis: bool = True
+    """Also measure a few cells at other contexts, where the backend can (``MeasuresContext``),
+    so the step-cost model can price context (``search.measure_contexts``)."""
     output: OutputOptions = field(default_factory=OutputOptions)
     termination_log: Path | None = None
     progress_interval_s: float = 10.0
@@ -214,6 +222,8 @@ def profile(
         observer=observer,
     )
     sizes = run_search(grid, options.search, options.batch_sizes)
+    if options.context_axis:
+        measure_contexts(grid, sizes)
     if options.baseline:
         measure_baselines(grid, sizes)
     annotations = {SEARCH_ANNOTATION: options.search.value}
@@ -264,6 +274,10 @@ def raw_document(options: ProfileOptions, outcome: Outcome) -> dict[str, Any]:
         "wallSeconds": outcome.wall_seconds,
         "cells": [raw_cell(s) for _, s in sorted(grid.cells.items())],
         "baseline": [raw_cell(s) for _, s in sorted(grid.baselines.items())],
+        "contexts": [
+            {**raw_cell(s), "promptTokens": prompt}
+            for (_, _, prompt), s in sorted(grid.contexts.items())
+        ],
         "log": grid.log,
         "engineRuns": [{to_camel(k): v for k, v in run.items()} for run in outcome.engine_runs],
     }

@@ -45,9 +45,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
+from specdeploy.runtime.profiler.backend import MeasuresBaseline, MeasuresContext
 from specdeploy.runtime.profiler.document import provisional_spec
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.grid import BatchTooLarge, Grid, Strategy
@@ -311,7 +312,10 @@ def measure_baselines(grid: Grid, sizes: Iterable[int]) -> list[int]:
     so it means the machine changed), noted in the grid's log.
     """
     measured: list[int] = []
-    for bs in sorted(set(sizes)):
+    ordered = sorted(set(sizes))
+    if isinstance(grid.backend, MeasuresBaseline):
+        grid.plan_more(len(ordered))
+    for bs in ordered:
         try:
             if grid.measure_baseline(bs) is None:
                 grid.note("the backend measures no plain-decoding baseline")
@@ -324,6 +328,48 @@ def measure_baselines(grid: Grid, sizes: Iterable[int]) -> list[int]:
             )
             return measured
         measured.append(bs)
+    return measured
+
+
+CONTEXT_FACTORS = (0.25, 4.0)
+"""Contexts of the context axis, as multiples of the backend's ordinary prompt: with the
+ordinary cells that is three contexts 16x apart, well past the cost model's minimum spread
+(``cost.MIN_CONTEXT_SPREAD``)."""
+
+
+def measure_contexts(
+    grid: Grid, sizes: Iterable[int], factors: Sequence[float] = CONTEXT_FACTORS
+) -> list[tuple[int, int, int]]:
+    """The context axis: the best K of the smallest, middle and largest batch size at
+    ``factors`` times the ordinary prompt length; the (batch size, K, prompt) measured.
+
+    A context that does not fit (out of memory) is skipped and noted; a backend
+    that cannot set the context measures none (noted).
+    """
+    backend = grid.backend
+    if not isinstance(backend, MeasuresContext):
+        grid.note("the backend cannot set a cell's context: no context axis")
+        return []
+    fitted = sorted(bs for bs in set(sizes) if grid.measured_ks(bs))
+    if not fitted:
+        return []
+    base = backend.default_prompt_tokens()
+    picks = sorted({fitted[0], fitted[len(fitted) // 2], fitted[-1]})
+    grid.plan_more(len(picks) * len(factors))
+    measured: list[tuple[int, int, int]] = []
+    for bs in picks:
+        k = grid.best_k(bs)
+        for factor in factors:
+            prompt = max(16, round(base * factor))
+            try:
+                grid.measure_at_context(bs, k, prompt)
+            except DeterministicFailure as err:
+                if not is_out_of_memory(err):
+                    raise
+                grid.note(f"context {prompt} at batch size {bs} does not fit: {err.reason}")
+                continue
+            measured.append((bs, k, prompt))
+    grid.note("context axis: " + ", ".join(f"bs {b} K={k} at {p} tokens" for b, k, p in measured))
     return measured
 
 

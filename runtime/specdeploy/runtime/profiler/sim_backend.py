@@ -12,8 +12,11 @@ proposed, accepted, offered and scheduled counts (a position a lookup
 drafter did not propose counts as reached and rejected), and the totals of
 decoding sequence-steps, verified tokens (1 + proposal length each) and
 context tokens, which the step-cost model (``cost.py``) is fitted from.
-``measure(..., prompt_tokens=P)`` starts the cell's sequences at a P-token
-context, so a search can walk a context axis.
+``measure(..., prompt_tokens=P)`` and ``measure_at_context`` start the
+cell's sequences at a P-token context, so the profiler can walk a context
+axis (``search.measure_contexts``). ``measure_baseline`` runs the
+same cell with no speculation configured (no drafter, no table), the
+plain-decoding floor the operator judges speculation against.
 
 The simulator's step time is deterministic; a real engine's is not (kernel
 launches, host scheduling, clocks). The backend multiplies each step by
@@ -64,6 +67,31 @@ class SimBackend:
         self, batch_size: int, k: int, steps: int, *, prompt_tokens: int | None = None
     ) -> CellSample:
         """``steps`` pure decode steps of ``batch_size`` sequences at K=k."""
+        return self._run(batch_size, k, steps, prompt_tokens=prompt_tokens, speculative=True)
+
+    def default_prompt_tokens(self) -> int:
+        """The preset's mean prompt (``profile_cell``'s default context)."""
+        return max(1, round(self.preset.workload.prompt.mean))
+
+    def measure_at_context(
+        self, batch_size: int, k: int, steps: int, prompt_tokens: int
+    ) -> CellSample:
+        """``measure`` at a ``prompt_tokens``-token context (``MeasuresContext``)."""
+        return self._run(batch_size, k, steps, prompt_tokens=prompt_tokens, speculative=True)
+
+    def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
+        """``steps`` pure decode steps with no speculation configured (``MeasuresBaseline``)."""
+        return self._run(batch_size, 0, steps, prompt_tokens=None, speculative=False)
+
+    def _run(
+        self,
+        batch_size: int,
+        k: int,
+        steps: int,
+        *,
+        prompt_tokens: int | None,
+        speculative: bool,
+    ) -> CellSample:
         if batch_size > self.preset.max_batch_size:
             raise out_of_memory(
                 f"batch size {batch_size} exceeds what {self.preset.name} fits "
@@ -77,6 +105,7 @@ class SimBackend:
             steps=steps,
             seed=self.seed * 1_000_003 + self._calls,
             prompt=prompt_tokens or 0,
+            speculative=speculative,
         )
         trace = cell.result.trace
         assert trace is not None  # profile_cell always traces

@@ -223,3 +223,20 @@ def test_sim_profiler_backend_returns_the_counts_and_totals_of_its_measured_step
     assert long.context_tokens is not None
     assert long.context_tokens > 4 * sample.context_tokens  # the search can walk a context axis
     assert sum(long.step_seconds) > sum(sample.step_seconds)
+
+
+def test_sim_profiler_backend_measures_plain_decoding_for_the_floor() -> None:
+    """So a profiling Job on the local cluster's (emulated) GPUs yields a baseline."""
+    from specdeploy.runtime.profiler.backend import MeasuresBaseline
+    from specdeploy.runtime.profiler.sim_backend import SimBackend
+
+    backend = SimBackend(get_preset("seed-dense"), seed=4, jitter=0.0)
+    assert isinstance(backend, MeasuresBaseline)
+    plain = backend.measure_baseline(8, 32)
+    speculating = backend.measure(8, 0, 32)
+    assert plain.k == 0 and plain.drafted == () and len(plain.step_seconds) == 32
+    assert plain.verified_tokens == plain.sequence_steps == 8 * 32  # one token each
+    # no drafter pass, no speculation bookkeeping: faster than K=0 with speculation configured
+    assert sum(plain.step_seconds) < sum(speculating.step_seconds)
+    with pytest.raises(Exception, match="exceeds"):
+        backend.measure_baseline(10_000, 4)
