@@ -170,17 +170,23 @@ class RateEstimator:
 
 
 class CostEstimator:
-    """Live step cost: the profile's model times a scale per batch-size bucket, plus context.
+    """Live step cost: the profile's model times a scale per batch-size bucket and a
+    ratio per observed K, plus context.
 
-    ITL = s_b * f(bs, K, T, c_ref) + g * (C - bs * c_ref), with f the profile's
-    model (``cost.StepCostModel``) at its reference context, fitted by ridge
-    regression from clean decode steps: s_b toward a global scale s, s toward
-    1 (the profile is right), with ``prior_weight`` pseudo-steps each, and g
-    toward the profile's context cost. The scale does not depend on K: a
-    machine uniformly slower than the profile's is one scale that every K,
-    observed or not, inherits, so an unobserved K never looks spuriously
-    cheap or dear; a context shift is additive, not a factor. Evidence
-    forgets with a half-life of ``half_life_steps`` timed steps.
+    ITL = s_b * r_K * f(bs, K, T, c_ref) + g * (C - bs * c_ref), with f the
+    profile's model (``cost.StepCostModel``) at its reference context, fitted
+    by ridge regression from clean decode steps: s_b toward a global scale s,
+    s toward 1 (the profile is right), g toward the profile's context cost,
+    and then r_K toward 1, with ``prior_weight`` pseudo-steps each. The scale
+    is shared across K: a machine uniformly slower than the profile's is one
+    scale that every K, observed or not, inherits, so an unobserved K never
+    looks spuriously cheap or dear (its r_K stays 1). r_K is what the shared
+    scale cannot say: that *this* K's steps run cheaper or dearer relative to
+    the others than the profile measured (on vLLM's CPU server a K=3 step
+    whose drafter found nothing cost what a K=0 step did, while the shipped
+    profile priced it 28% dearer; with one scale the policy sat at K=0 and
+    lost 10% to the table). A context shift is additive, not a factor.
+    Evidence forgets with a half-life of ``half_life_steps`` timed steps.
     """
 
     def __init__(
@@ -203,6 +209,14 @@ class CostEstimator:
         self._xty = np.zeros((self.buckets, 2))
         self._yy = np.zeros(self.buckets)
         self.count = np.zeros(self.buckets)
+        ks = sorted(self._ks)
+        self._k_index = [-1] * (max(ks) + 1)
+        for i, k in enumerate(ks):
+            self._k_index[k] = i
+        self._k_sums = np.zeros((self.buckets, len(ks), 4))
+        """Per (bucket, K): sums of f1^2, f1 * ms, f1 * f2 and the step count (r_K's fit)."""
+        self.k_ratio = np.ones(max(ks) + 1)
+        """r_K per K (1.0 for K never observed or never measured)."""
         self._pending: list[tuple[int, int, float, float, float]] = []
         self.scale = np.ones(self.buckets)
         """s_b per bucket."""
@@ -230,6 +244,7 @@ class CostEstimator:
         self._xty *= keep
         self._yy *= keep
         self.count *= keep
+        self._k_sums *= keep
         ref = self._reference
         for bs, k, verified, context, ms in pending:
             f1 = self.prior.itl_ms(bs, k, verified, bs * ref)
@@ -239,7 +254,9 @@ class CostEstimator:
             self._xty[b] += (f1 * ms, f2 * ms)
             self._yy[b] += ms * ms
             self.count[b] += 1.0
+            self._k_sums[b, self._k_index[k]] += (f1 * f1, f1 * ms, f1 * f2, 1.0)
         self._refit()
+        self._refit_k_ratios()
 
     def _refit(self) -> None:
         total = float(self.count.sum())
@@ -270,14 +287,28 @@ class CostEstimator:
             self._var[b] = 1.0 / (a + reg_b)
         self.residual_sd = math.sqrt(sse / dof) if dof > 0 else 0.0
 
+    def _refit_k_ratios(self) -> None:
+        """r_K given the scales and g: ridge toward 1, ``prior_weight`` pseudo-steps."""
+        scale = self.scale[:, None]
+        a = (scale * scale * self._k_sums[:, :, 0]).sum(axis=0)
+        c = (scale * (self._k_sums[:, :, 1] - self.gamma * self._k_sums[:, :, 2])).sum(axis=0)
+        n = self._k_sums[:, :, 3].sum(axis=0)
+        for k, i in enumerate(self._k_index):
+            if i < 0 or n[i] <= 0.0:
+                continue
+            reg = self._weight * max(float(a[i]) / float(n[i]), 1e-12)
+            ratio = (float(c[i]) + reg) / (float(a[i]) + reg)
+            self.k_ratio[k] = min(max(ratio, 0.2), 5.0)
+
     def itl_ms(
         self, batch_size: int, k: int, verified_tokens: float, context_tokens: float
     ) -> float:
         """The live prediction for one step."""
         bs = min(max(batch_size, 1), self.max_batch_size)
         base = self.prior.itl_ms(bs, k, verified_tokens, bs * self._reference)
+        ratio = float(self.k_ratio[k]) if k < len(self.k_ratio) else 1.0
         shift = self.gamma * (context_tokens - bs * self._reference)
-        return max(float(self.scale[self._bucket[bs]]) * base + shift, 1e-6)
+        return max(float(self.scale[self._bucket[bs]]) * ratio * base + shift, 1e-6)
 
     def _base(self, verified_per_sequence: Sequence[float]) -> FloatArray:
         max_k = len(verified_per_sequence) - 1
@@ -290,8 +321,14 @@ class CostEstimator:
         base = self._base(verified_per_sequence)
         sizes = np.arange(self.max_batch_size + 1, dtype=np.float64)
         scale = self.scale[np.asarray(self._bucket, dtype=np.intp)]
+        columns = base.shape[1]
+        ratio = np.ones(columns)
+        known = min(columns, len(self.k_ratio))
+        ratio[:known] = self.k_ratio[:known]
         shift = self.gamma * sizes * (context_per_sequence - self._reference)
-        result: FloatArray = np.maximum(scale[:, None] * base + shift[:, None], 1e-6)
+        result: FloatArray = np.maximum(
+            scale[:, None] * ratio[None, :] * base + shift[:, None], 1e-6
+        )
         result[0] = np.nan
         return result
 

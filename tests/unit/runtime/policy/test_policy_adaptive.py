@@ -311,3 +311,27 @@ def test_a_k_unavailable_at_the_new_batch_size_is_left_at_once() -> None:
     ks = [policy.choose_k(16) for _ in range(40)]
     assert ks[-1] in policy.explain(16)
     assert ks.count(2) <= 12  # only while the smoothed batch size still says K=2 is there
+
+
+def test_a_k_whose_steps_cost_other_than_profiled_is_priced_per_k() -> None:
+    """The case vLLM's CPU server showed: the profile priced speculation's own cost far
+    above what the serving engine pays, and the workload drafts less than profiled. One
+    shared scale made K=0 look cheap next to the observed K and kept the policy there;
+    a ratio per observed K prices each K as it runs, and a K never run keeps ratio 1."""
+    profiled = Truth(drafter_ms=3.0)
+    serving = Truth(drafter_ms=0.0, rates=(0.5, 0.5, 0.5, 0.5), drafting=0.3)
+    assert serving.best(1) > 0 and profiled.best(1) > 0
+    assert Truth(drafter_ms=3.0, rates=serving.rates, drafting=serving.drafting).best(1) == 0
+    engine = Engine(policy_for(profiled), serving, seed=5)
+    ks = engine.run(3000, 1)
+    tail = ks[-1000:]
+    assert sum(k > 0 for k in tail) >= 900
+    best = serving.goodput(1, serving.best(1))
+    assert np.mean([serving.goodput(1, k) for k in tail]) >= 0.98 * best
+    ratios = engine.policy._cost.k_ratio
+    served = max(set(tail), key=tail.count)
+    # relative to the K it serves, K=0 runs dearer than the profile said (no drafter cost)
+    assert ratios[0] / ratios[served] > 1.2
+    for k in range(MAX_K + 1):
+        if k not in ks:
+            assert ratios[k] == 1.0
