@@ -17,6 +17,10 @@ its median and spread.
         --profile profiles/smollm2-135m-ngram-cpu.yaml --rounds 4 --batch-size 4
 
 Writes ``bench/results/addon_overhead-bsN.json`` and ``.md``.
+
+A throughput ratio on a shared 2-core box spreads 5-30% between runs, far more
+than the add-on's own cost; ``bench/addon_step_cost.py`` measures that cost
+inside the engine (the add-on's self-timing) under vLLM's own benchmark client.
 """
 
 from __future__ import annotations

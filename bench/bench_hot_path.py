@@ -36,6 +36,7 @@ from typing import Any
 
 from specdeploy.runtime.goodput import conditional_counts
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
+from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.profile import load_profile
 from specdeploy.runtime.schedule import derive_schedule
@@ -76,7 +77,7 @@ def recorded_steps(
         per_seq = [_accepted(rates, k, rng) for _ in range(bs)]
         drafted, accepted = conditional_counts(per_seq, k)
         seconds = 0.005 + 0.0001 * bs * (k + 1)
-        policy.observe(bs, k, seconds, drafted, accepted)
+        policy.observe(StepRecord(bs, k, seconds, drafted, drafted, accepted))
         steps.append((bs, k, seconds, drafted, accepted))
         pairs.append([(k, a) for a in per_seq] if k else [])
     return steps, pairs
@@ -131,7 +132,7 @@ def measure(profile_path: Path, n_steps: int, seed: int) -> dict[str, Any]:
     steps, pairs = recorded_steps(warm, sizes, rng)
     adaptive = AdaptivePolicy.from_profile(doc)
     for bs, k, seconds, drafted, accepted in steps:  # same learnt state as in serving
-        adaptive.observe(bs, k, seconds, drafted, accepted)
+        adaptive.observe(StepRecord(bs, k, seconds, drafted, drafted, accepted))
     table = TablePolicy.from_profile(doc)
     noop = _Noop()
 
@@ -147,7 +148,7 @@ def measure(profile_path: Path, n_steps: int, seed: int) -> dict[str, Any]:
     def observe_loop() -> None:
         observe = observer.observe
         for bs, k, seconds, drafted, accepted in steps:
-            observe(bs, k, seconds, drafted, accepted)
+            observe(StepRecord(bs, k, seconds, drafted, drafted, accepted))
 
     max_k = doc.spec.fingerprint.max_k
     addon = addon_controller(doc, max_k, adaptive.max_batch_size)

@@ -23,11 +23,13 @@ own cells carry 3% step jitter, so part of it is the reference's error, not
 the search's. Beside it, each table's *true* loss: the K it picks at each
 batch size b, scored on the simulator's noise-free truth, as ``1 -
 G(b, K_table) / max_K G(b, K)`` where ``G(b, K) = AL(K) / ITL(b, K)`` with
-AL from the preset's true per-position acceptance (``nominal()``: for
-bursty n-gram acceptance, the stationary mixture) and ITL from the cost
-model (``preset.cost.decode_itl``) at the context a profiling repeat runs
-at: the profiling prompt (``profile_cell``'s) plus the prefill's token plus
-AL(K) per step over a default repeat (``Sampling().steps``) on average.
+AL from the preset's true per-position acceptance with a missing draft
+counted as a rejection (``nominal_rates()``: for bursty n-gram acceptance,
+the stationary mixture times the drafting rate) and ITL from the cost model
+(``preset.cost.decode_itl`` with a K table set, verifying what the drafter
+proposes) at the context a profiling repeat runs at: the profiling prompt
+(``profile_cell``'s) plus the prefill's token plus AL(K) per step over a
+default repeat (``Sampling().steps``) on average.
 That matches a jitter-free ``profile_cell`` within 0.1% (the
 ``profile_cell``-backed test checks it) and is what both searches estimate,
 so the true loss is the table's error against what the profiler estimates,
@@ -62,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
+from specdeploy.runtime.goodput import FloatArray, acceptance_lengths, verified_per_sequence
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.profiler.document import build_profile
 from specdeploy.runtime.profiler.grid import Grid
@@ -148,13 +150,18 @@ def true_goodput_grid(preset_name: str, top: int, steps: int = Sampling().steps)
     module docstring). Seed-independent, hence cached per preset.
     """
     preset: Preset = get_preset(preset_name)
-    lengths = acceptance_lengths(preset.acceptance.nominal(), preset.max_k)
+    lengths = acceptance_lengths(preset.nominal_rates(), preset.max_k)
+    survival = preset.proposal_model.survival(preset.max_k)
     prompt = max(1, round(preset.workload.prompt.mean))  # as profile_cell chooses it
     grid = np.full((top + 1, preset.max_k + 1), np.nan, dtype=np.float64)
     for k in range(preset.max_k + 1):
         context = prompt + 1 + float(lengths[k]) * (steps - 1) / 2.0
+        verified = verified_per_sequence(survival, k)
         for bs in range(1, top + 1):
-            itl = preset.cost.decode_itl(bs, k, context=context)
+            # profile cells run with a K table set (piecewise graphs), as the vllm backend does
+            itl = preset.cost.decode_itl(
+                bs, k, context=context, verified_per_sequence=verified, piecewise=True
+            )
             grid[bs, k] = float(lengths[k]) / itl
     return grid
 

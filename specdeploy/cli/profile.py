@@ -6,6 +6,11 @@ The profiling Job's entrypoint, and a local command::
     specdeploy profile --backend vllm --model Qwen/Qwen3-8B --method eagle3 \\
         --draft-model AngelSlim/Qwen3-8B_eagle3 --max-k 5 --dataset mt-bench
 
+Re-derive a profile from its raw file under the current definitions,
+without re-measuring (``runtime/profiler/rederive.py``)::
+
+    specdeploy profile --from-raw p.raw.json --out p.yaml [--like old.yaml]
+
 In a pod without ``--out`` the profile is created or replaced through the
 Kubernetes API (namespace and name from ``--namespace``/``--name``, or
 ``$SPECDEPLOY_PROFILE_NAMESPACE``/``$SPECDEPLOY_PROFILE_NAME``, or the
@@ -130,6 +135,36 @@ def register(subparsers: Any) -> None:
     grid.add_argument("--dataset", help="mt-bench | sharegpt | FILE.jsonl (default mt-bench)")
     grid.add_argument("--prompts", type=_positive, help="conversations to load")
     grid.add_argument("--seed", type=int, default=0)
+    grid.add_argument(
+        "--baseline",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure plain decoding (no speculation) per batch size where the backend "
+        "can (vllm: a second engine, started after the grid)",
+    )
+    grid.add_argument(
+        "--context-axis",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also measure the best K of the smallest, middle and largest batch size at 1/4 "
+        "and 4x the ordinary prompt length, so the cost model prices context (sim; the vllm "
+        "backend cannot set a context yet)",
+    )
+
+    again = p.add_argument_group("re-derive (no engine)")
+    again.add_argument(
+        "--from-raw",
+        type=Path,
+        metavar="RAW",
+        help="rebuild the profile from a --raw file under the current definitions (needs --out)",
+    )
+    again.add_argument(
+        "--like",
+        type=Path,
+        metavar="PROFILE",
+        help="the profile RAW was made with (fingerprint, name, dataset) when RAW records "
+        "none; default: --out when it exists",
+    )
 
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, help="write the profile to FILE (- for stdout)")
@@ -187,6 +222,8 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         jitter=args.jitter,
         gpu_type=args.gpu_type,
         engine=engine,
+        baseline=args.baseline,
+        context_axis=args.context_axis,
         output=OutputOptions(
             out=args.out,
             kubernetes=args.kubernetes,
@@ -200,6 +237,8 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_raw is not None:
+        return rederive_raw(args)
     try:
         options = options_from(args)
     except ValueError as err:  # Sampling's own checks (e.g. --ci outside (0, 1))
@@ -208,3 +247,29 @@ def run(args: argparse.Namespace) -> int:
         write_termination_message(reason, args.termination_log)
         return int(ExitCode.INVALID_ARGUMENTS)
     return execute(options)
+
+
+def rederive_raw(args: argparse.Namespace) -> int:
+    """``--from-raw``: the profile of a raw file, written to ``--out`` (exit 0, or 2)."""
+    from specdeploy.runtime.profile import ProfileError, load_profile
+    from specdeploy.runtime.profiler.rederive import RawFileError, read_raw, rederive
+    from specdeploy.runtime.profiler.writer import FileWriter
+    from specdeploy.runtime.schedule import format_schedule
+
+    try:
+        if args.out is None:
+            raise RawFileError("--from-raw needs --out FILE (- for stdout)")
+        like_path = args.like
+        if like_path is None and str(args.out) != "-" and args.out.is_file():
+            like_path = args.out
+        like = load_profile(like_path) if like_path is not None else None
+        doc = rederive(read_raw(args.from_raw), like=like, source_name=str(args.from_raw))
+    except (RawFileError, ProfileError, ValueError) as err:
+        reason = f"invalid arguments: {err}"
+        print(f"specdeploy profile: error: {reason}", file=sys.stderr)
+        write_termination_message(reason, args.termination_log)
+        return int(ExitCode.INVALID_ARGUMENTS)
+    place = FileWriter(args.out).write(doc)
+    schedule = format_schedule(doc.spec.schedule or ())
+    print(f"specdeploy profile: {args.from_raw} re-derived to {place}: {schedule}", file=sys.stderr)
+    return int(ExitCode.OK)

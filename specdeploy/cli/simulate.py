@@ -4,13 +4,18 @@ Contract relied on by scripts (see README):
 
     specdeploy simulate --preset NAME --batch-sizes 1,2,4 \\
         --policies vanilla,fixed:3,table,adaptive,oracle --json OUT.json [--plot OUT.png]
-    specdeploy simulate --preset NAME --scenario drift|oscillate ...
+    specdeploy simulate --preset NAME --scenario S --policies ... --json OUT.json
+        S: drift | oscillate | rollout | phased | collapse | pessimistic-profile |
+           slower-machine | mixed
     specdeploy simulate --list-presets
 
-JSON: ``{"preset": NAME, "source": "modelled", "scenario": {...}, "results":
-[{"policy", "batch_size", "tokens_per_s", "mean_k", "k_changes_per_1000_steps", ...}]}``
-with one record per policy and batch size (per policy for a scenario, its
-``batch_size`` being the mean).
+JSON: ``{"preset": NAME, "source": "modelled", "seeds": [...], "scenario":
+{...}, "results": [{"policy", "batch_size", "tokens_per_s", "mean_k",
+"k_changes_per_1000_steps", "seeds", "spread", "per_seed", ...}]}`` with one
+record per policy and batch size (per policy for a single-batch scenario,
+its ``batch_size`` being the mean). Headline figures are means over the
+seeds; ``spread`` gives mean, sd, min and max of every per-seed figure, and
+``per_seed`` the figures themselves.
 """
 
 from __future__ import annotations
@@ -25,8 +30,27 @@ from typing import Any
 from specdeploy.cli.plots import missing_plots
 
 DEFAULT_POLICIES = "vanilla,fixed:3,table,adaptive,oracle"
-DEFAULT_BATCH_SIZES = "1,2,4,8,16,32,64,128,256"
-SCENARIOS = ("steady", "drift", "oscillate")
+DEFAULT_SEEDS = "0,1,2"
+SCENARIO_BATCH_SIZES = {
+    "steady": "1,2,4,8,16,32,64,128,256",
+    "drift": "32",
+    "collapse": "32",
+    "pessimistic-profile": "8,32,64,128,256",
+    "slower-machine": "1,8,32,64,128,256",
+    "mixed": "8,32,64,128,256",
+}
+"""Default ``--batch-sizes`` per scenario (the others set their own load)."""
+SCENARIOS = (
+    "steady",
+    "drift",
+    "oscillate",
+    "rollout",
+    "phased",
+    "collapse",
+    "pessimistic-profile",
+    "slower-machine",
+    "mixed",
+)
 
 
 def register(sub: Any) -> None:
@@ -37,12 +61,17 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--list-presets", action="store_true", help="list presets and exit")
     p.add_argument("--preset", help="simulator preset (see --list-presets)")
-    p.add_argument("--batch-sizes", default=DEFAULT_BATCH_SIZES, help="comma-separated")
+    p.add_argument(
+        "--batch-sizes",
+        help="comma-separated (default per scenario; oscillate: the first is the centre)",
+    )
     p.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated")
     p.add_argument("--scenario", choices=SCENARIOS, default="steady")
     p.add_argument("--steps", type=int, default=3000, help="counted steps per run")
     p.add_argument("--warmup-steps", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seeds", default=DEFAULT_SEEDS, help="comma-separated; every policy runs on each"
+    )
     p.add_argument("--json", dest="json_out", type=Path, help="write results as JSON")
     p.add_argument("--plot", type=Path, help="write a PNG chart")
     p.add_argument("--profile-out", type=Path, help="also save the preset's modelled profile")
@@ -97,48 +126,108 @@ def run(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> dict[str, Any]:
     from specdeploy.runtime.profile import save_profile
-    from specdeploy.runtime.sim.compare import (
-        Comparison,
-        RunSettings,
-        compare_steady,
-        parse_policies,
-    )
+    from specdeploy.runtime.sim.compare import Comparison, RunSettings, parse_policies
     from specdeploy.runtime.sim.presets import get_preset
-    from specdeploy.runtime.sim.profiling import DEFAULT_BATCH_SIZES as PROFILE_SIZES
-    from specdeploy.runtime.sim.profiling import profile_preset
-    from specdeploy.runtime.sim.scenarios import compare_drift, compare_oscillate
+    from specdeploy.runtime.sim.seeds import parse_seeds
 
     preset = get_preset(args.preset)
     policies = parse_policies(args.policies, max_k=preset.max_k)
-    sizes = _batch_sizes(args.batch_sizes)
+    seeds = parse_seeds(args.seeds)
+    explicit_sizes = args.batch_sizes is not None
+    sizes = _batch_sizes(args.batch_sizes or SCENARIO_BATCH_SIZES.get(args.scenario, "32"))
     progress = None if args.quiet else _progress_printer()
     started = time.monotonic()
+    serving, profiled = _machines(preset, args.scenario)
+    for bs in sizes:
+        if bs > serving.max_batch_size:
+            raise ValueError(
+                f"--batch-sizes: {bs} exceeds the preset's max batch size {serving.max_batch_size}"
+            )
     if progress:
-        progress(f"profiling preset {preset.name} on the simulator")
-    grid = [b for b in PROFILE_SIZES if b <= preset.max_batch_size]
-    profile = profile_preset(preset, grid, seed=args.seed)
+        progress(f"profiling {profiled.name} on the simulator")
+    profile = _profile(profiled, seeds[0])
     if args.profile_out:
         save_profile(profile, args.profile_out)
-    settings = RunSettings(steps=args.steps, warmup_steps=args.warmup_steps, seed=args.seed)
-    cmp = Comparison(preset, profile, settings)
-    scenario: dict[str, Any]
-    if args.scenario == "steady":
-        rows = compare_steady(cmp, sizes, policies, progress=progress)
-        scenario = {"name": "steady", "steps": args.steps}
-    elif args.scenario == "drift":
-        rows, scenario = compare_drift(cmp, sizes[0], policies, progress=progress)
-    else:
-        center = sizes[0] if args.batch_sizes != DEFAULT_BATCH_SIZES else None
-        rows, scenario = compare_oscillate(cmp, policies, center=center, progress=progress)
-    return {
+    settings = RunSettings(steps=args.steps, warmup_steps=args.warmup_steps, seeds=seeds)
+    cmp = Comparison(serving, profile, settings)
+    rows, scenario = _run_scenario(cmp, args.scenario, sizes, explicit_sizes, policies, progress)
+    doc: dict[str, Any] = {
         "preset": preset.name,
         "source": "modelled",
         "description": preset.description,
+        "seeds": list(seeds),
         "scenario": scenario,
         "schedule": [list(r) for r in _schedule(profile)],
         "seconds": round(time.monotonic() - started, 2),
         "results": [r.record() for r in rows],
     }
+    if serving.name != preset.name or profiled.name != preset.name:
+        doc["served_on"], doc["profiled_on"] = serving.name, profiled.name
+    return doc
+
+
+def _machines(preset: Any, scenario: str) -> tuple[Any, Any]:
+    """(serving preset, profiled preset): the same machine unless the scenario differs them."""
+    from specdeploy.runtime.sim.scenarios import (
+        drift_preset,
+        half_compute,
+        mixed_preset,
+        uniformly_slower,
+    )
+
+    if scenario == "drift":
+        return preset, drift_preset(preset)
+    if scenario == "pessimistic-profile":
+        return preset, half_compute(preset)
+    if scenario == "slower-machine":
+        return uniformly_slower(preset), preset
+    if scenario == "mixed":
+        mixed = mixed_preset(preset)
+        return mixed, mixed
+    return preset, preset
+
+
+def _profile(preset: Any, seed: int) -> Any:
+    from specdeploy.runtime.sim.profiling import DEFAULT_BATCH_SIZES, profile_preset
+
+    grid = [b for b in DEFAULT_BATCH_SIZES if b <= preset.max_batch_size]
+    return profile_preset(preset, grid, seed=seed)
+
+
+def _run_scenario(
+    cmp: Any,
+    scenario: str,
+    sizes: list[int],
+    explicit_sizes: bool,
+    policies: list[str],
+    progress: Any,
+) -> tuple[list[Any], dict[str, Any]]:
+    from specdeploy.runtime.sim import scenarios as sc
+    from specdeploy.runtime.sim.compare import compare_steady
+
+    if scenario == "steady":
+        return compare_steady(cmp, sizes, policies, progress=progress), {
+            "name": "steady",
+            "steps": cmp.settings.steps,
+        }
+    if scenario == "drift":
+        return sc.compare_drift(cmp, sizes[0], policies, progress=progress)
+    if scenario == "oscillate":
+        center = sizes[0] if explicit_sizes else None
+        return sc.compare_oscillate(cmp, policies, center=center, progress=progress)
+    if scenario == "rollout":
+        return sc.compare_rollout(cmp, policies, progress=progress)
+    if scenario == "phased":
+        return sc.compare_phased(cmp, policies, progress=progress)
+    if scenario == "collapse":
+        return sc.compare_collapse(cmp, sizes[0], policies, progress=progress)
+    if scenario == "pessimistic-profile":
+        return sc.compare_pessimistic_profile(cmp, sizes, policies, progress=progress)
+    if scenario == "slower-machine":
+        return sc.compare_slower_machine(cmp, sizes, policies, progress=progress)
+    if scenario == "mixed":
+        return sc.compare_mixed(cmp, sizes, policies, progress=progress)
+    raise ValueError(f"--scenario: unknown {scenario!r}")
 
 
 def _schedule(profile: Any) -> list[tuple[int, int, int]]:
@@ -157,31 +246,44 @@ def _progress_printer() -> Any:
 
 
 def _print_table(doc: dict[str, Any]) -> None:
-    """Batch size x policy, tokens/s (and mean K); scenario rows one per policy."""
+    """Batch size x policy: tokens/s mean (sd over seeds) and mean K."""
     results = doc["results"]
     policies = list(dict.fromkeys(r["policy"] for r in results))
     print(f"preset {doc['preset']} ({doc['source']}: simulator figures, not measurements)")
-    print(f"scenario {doc['scenario']['name']}; table schedule {doc['schedule']}")
-    header = f"{'bs':>8}" + "".join(f"{p:>16}" for p in policies)
-    print("tokens/s (mean K)")
-    print(header)
-    by_bs: dict[float, dict[str, dict[str, Any]]] = {}
-    for r in results:
-        by_bs.setdefault(r["batch_size"], {})[r["policy"]] = r
-    for bs, row in by_bs.items():
-        cells = "".join(
-            f"{row[p]['tokens_per_s']:>9.0f} ({row[p]['mean_k']:.1f})" if p in row else " " * 16
-            for p in policies
-        )
-        print(f"{bs:>8g}{cells}")
-    if doc["scenario"]["name"] != "steady":
+    print(
+        f"scenario {doc['scenario']['name']}; seeds {doc['seeds']}; "
+        f"table schedule {doc['schedule']}"
+    )
+    print("tokens/s mean (sd over seeds) [mean K]")
+    sizes = {p: [r["batch_size"] for r in results if r["policy"] == p] for p in policies}
+    if len({tuple(v) for v in sizes.values()}) == 1:
+        print(f"{'bs':>8}" + "".join(f"{p:>24}" for p in policies))
+        by_bs: dict[float, dict[str, dict[str, Any]]] = {}
+        for r in results:
+            by_bs.setdefault(r["batch_size"], {})[r["policy"]] = r
+        for bs, row in by_bs.items():
+            print(f"{bs:>8g}" + "".join(_cell(row[p]) for p in policies))
+    else:  # one row per policy, at its own mean batch size
+        for r in results:
+            print(f"{r['policy']:>20}{_cell(r)}   mean batch size {r['batch_size']:.1f}")
+    if doc["scenario"]["name"] == "steady":
+        return
+    if len(results) == len(policies):
         print(
             "K changes per 1000 steps: "
             + ", ".join(f"{r['policy']} {r['k_changes_per_1000_steps']:.1f}" for r in results)
         )
-        for r in results:
-            if "recovery_steps" in r:
-                print(
-                    f"  {r['policy']}: recovery {r['recovery_steps']} steps, "
-                    f"final {r['final_ratio_to_oracle']:.3f} x oracle"
-                )
+    for r in results:
+        if "mean_latency_s" in r["spread"]:
+            lat = r["spread"]["mean_latency_s"]
+            print(f"  {r['policy']}: mean latency {lat['mean']:.3f} s (sd {lat['sd']:.3f})")
+        if "recovery_steps" in r:
+            print(
+                f"  {r['policy']}: recovery {r['recovery_steps']} steps (worst seed), "
+                f"final {r['final_ratio_to_oracle']:.3f} x oracle"
+            )
+
+
+def _cell(record: dict[str, Any]) -> str:
+    tps = record["spread"]["tokens_per_s"]
+    return f"{tps['mean']:>10.0f} ({tps['sd']:>5.0f}) [{record['mean_k']:.1f}]"

@@ -1,9 +1,10 @@
 """The real engine on CPU through the command users run: SmolLM2-135M with n-gram drafts.
 
-``specdeploy profile --backend vllm`` starts vLLM once (about 30-60 s on two
+``specdeploy profile --backend vllm`` starts vLLM (about 30-60 s on two
 cores once the model is converted; the first run converts it, about a
-minute more), measures a tiny exhaustive grid, and writes both the profile
-and the raw file; the tests read both.
+minute more), measures a tiny exhaustive grid, then starts a second engine
+without speculation for the plain-decoding baseline (another 30-60 s), and
+writes both the profile and the raw file; the tests read both.
 """
 
 from __future__ import annotations
@@ -54,26 +55,53 @@ def test_the_profile_is_measured_and_its_schedule_valid(
     assert not list(schedule_problems(profile.spec.schedule, max_k=2))
 
 
-def test_fixed_batches_run_at_the_forced_k_with_conditional_counts(
+def test_fixed_batches_run_at_the_forced_k_with_missing_drafts_counted_as_rejections(
     measured: tuple[SpeculationProfile, dict[str, Any]],
 ) -> None:
     _, raw = measured
-    runs = {(r["batchSize"], r["k"]): r for r in raw["engineRuns"]}
+    runs = {(r["batchSize"], r["k"]): r for r in raw["engineRuns"] if not r["plain"]}
     assert set(runs) == {(bs, k) for bs in (1, 2) for k in (0, 1, 2)}
-    for (_, k), run in runs.items():
+    for (bs, k), run in runs.items():
         assert len(run["stepSeconds"]) == 6
         assert all(0 < s < 60 for s in run["stepSeconds"])
-        drafted, accepted = run["drafted"], run["accepted"]
+        assert run["sequenceSteps"] == 6 * bs and run["contextTokens"] > 0
+        reached, proposed, accepted = run["reached"], run["proposed"], run["accepted"]
         if k == 0:
-            assert (drafted, run["draftsPerSeqStep"]) == ([], 0)
+            assert (reached, run["draftsPerSeqStep"], run["draftingRate"]) == ([], 0, None)
+            assert run["verifiedTokens"] == run["sequenceSteps"]
             continue
+        # Every sequence-step reaches position 1, drafted or not; position i+1 is reached
+        # by those that accepted position i.
+        assert len(reached) == len(proposed) == len(accepted) == k
+        assert reached[0] == run["sequenceSteps"]
+        assert all(reached[i + 1] == accepted[i] for i in range(k - 1))
+        assert all(a <= p <= r for a, p, r in zip(accepted, proposed, reached, strict=True))
+        assert run["draftingRate"] == proposed[0] / reached[0]
         # n-gram drafts only where the context repeats: 0..K tokens per sequence-step.
-        assert len(drafted) == len(accepted) == k
         assert 0 <= run["draftsPerSeqStep"] <= k
-        assert all(a <= d for a, d in zip(accepted, drafted, strict=True))
-        # Conditional denominators: position i+1 is drafted only where position i was accepted.
-        assert all(drafted[i + 1] <= accepted[i] for i in range(k - 1))
-    assert sum(r["drafted"][0] for (_, k), r in runs.items() if k) > 0, "no draft at all"
+        assert run["verifiedTokens"] == pytest.approx(
+            run["sequenceSteps"] * (1 + run["draftsPerSeqStep"])
+        )
+    assert sum(r["proposed"][0] for (_, k), r in runs.items() if k) > 0, "no draft at all"
+
+
+def test_the_profile_carries_the_cost_model_fields_and_a_plain_decoding_baseline(
+    measured: tuple[SpeculationProfile, dict[str, Any]],
+) -> None:
+    profile, raw = measured
+    spec = profile.spec
+    for row in spec.measurements:
+        assert row.verified_tokens is not None and 1 <= row.verified_tokens <= 1 + row.k
+        assert row.context_tokens is not None and row.context_tokens > 0
+        assert (row.drafting_rate is None) == (row.k == 0)
+    acc = spec.acceptance
+    assert acc.reached is not None and acc.drafting_rate is not None
+    assert acc.proposal_survival is not None and len(acc.proposal_survival) == 2
+    assert [b.batch_size for b in spec.baseline] == [1, 2]
+    assert all(b.itl_ms > 0 and b.samples == 6 for b in spec.baseline)
+    plain = [r for r in raw["engineRuns"] if r["plain"]]
+    assert [(r["batchSize"], r["k"]) for r in plain] == [(1, 0), (2, 0)]
+    assert [c["batchSize"] for c in raw["baseline"]] == [1, 2]
 
 
 def test_a_missing_model_folder_is_a_deterministic_failure(

@@ -130,20 +130,40 @@ def scheduler_kwargs(cfg: Any) -> dict[str, Any]:
 
 
 class Driver:
-    """Runs steps on a scheduler with synthetic model outputs of known acceptance."""
+    """Runs steps on a scheduler with synthetic model outputs of known acceptance.
 
-    def __init__(self, scheduler: Any, accept: Callable[[int, int], int]) -> None:
+    ``propose(step, request, k)`` is how many drafts the stand-in drafter
+    gives a request after a step (default: all K); 0 gives an empty list, as
+    an n-gram drafter does where the context has no match. The driver keeps
+    its own record of every decoding request's (K its drafts were proposed
+    at, drafts scheduled, accepted) and the context it had: the independent
+    count the add-on's counters are checked against.
+    """
+
+    def __init__(
+        self,
+        scheduler: Any,
+        accept: Callable[[int, int], int],
+        propose: Callable[[int, str, int], int] | None = None,
+    ) -> None:
         self.s = scheduler
         self.accept = accept  # (step, drafts) -> accepted
+        self.propose = propose or (lambda step, rid, k: k)
         self.step_no = 0
         self.next_id = 0
         self.pairs: list[tuple[int, int]] = []
+        self.triples: list[tuple[int, int, int]] = []
+        self.contexts: list[int] = []
         self.trace: list[dict[str, int]] = []
+        self._given_k: dict[str, int] = {}
+        self._tokens: dict[str, int] = {}
 
     def add(self, n: int, max_tokens: int = 400) -> None:
         for _ in range(n):
             params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
-            self.s.add_request(Request(f"r{self.next_id}", list(range(1, 9)), params, None))
+            rid = f"r{self.next_id}"
+            self.s.add_request(Request(rid, list(range(1, 9)), params, None))
+            self._tokens[rid] = 8
             self.next_id += 1
 
     def finish(self, n: int) -> None:
@@ -162,6 +182,10 @@ class Driver:
             accepted = min(self.accept(self.step_no, len(drafts)), len(drafts)) if drafts else 0
             if drafts:
                 self.pairs.append((len(drafts), accepted))
+            if rid in self._given_k:  # it decoded: drafts (maybe none) were given after a step
+                self.triples.append((self._given_k[rid], len(drafts), accepted))
+                self.contexts.append(self._tokens[rid] - 1)
+            self._tokens[rid] += 1 + accepted
             sampled.append([11] * (1 + accepted))
         output = ModelRunnerOutput(
             req_ids=ids,
@@ -171,7 +195,10 @@ class Driver:
         self.s.update_from_output(so, output)
         k = so.num_spec_tokens_to_schedule
         if ids:
-            self.s.update_draft_token_ids(DraftTokenIds(ids, [[12] * k for _ in ids]))
+            given = [[12] * self.propose(self.step_no, rid, k) for rid in ids]
+            self.s.update_draft_token_ids(DraftTokenIds(ids, given))
+            for rid in ids:
+                self._given_k[rid] = k
         row = {"step": self.step_no, "bs": len(ids), "k": k}
         self.trace.append(row)
         self.step_no += 1
@@ -254,6 +281,9 @@ def scenario_table_follows_batch_size() -> dict[str, Any]:
 def scenario_adaptive_follows_batch_size() -> dict[str, Any]:
     doc = {"policy": "adaptive", "maxK": MAX_K, "schedule": [[1, 4, 3], [5, 16, 1]]}
     table = write_table("adaptive", doc, profile_spec())
+    # The default (per-step) objective: the driver's synthetic steps take microseconds,
+    # far from the fixture profile's costs, and this scenario is about K following the
+    # batch size through the hooks.
     with addon_env(table_file=str(table), allowed_k="all", pool="cpu"):
         s = build()
     driver = Driver(s, lambda step, n: n)  # every draft accepted
@@ -264,20 +294,53 @@ def scenario_adaptive_follows_batch_size() -> dict[str, Any]:
 
 
 def scenario_acceptance_counts() -> dict[str, Any]:
-    doc = {"policy": "fixed", "maxK": MAX_K, "fixedK": 3, "schedule": VLLM_TABLE}
+    """n-gram-like drafting: some requests propose nothing, some fewer than K, K changes."""
+    doc = {"policy": "table", "maxK": MAX_K, "schedule": [[1, 3, 3], [4, 16, 1]]}
     table = write_table("acceptance", doc)
-    with addon_env(table_file=str(table), pool="cpu"):
+    with addon_env(table_file=str(table), allowed_k="all", pool="cpu"):
         s = build()
-    driver = Driver(s, lambda step, n: (step * 7 + driver.next_id) % (n + 1))
+    records: list[Any] = []
+    controller = s.specdeploy.controller
+    finish = controller.finish_step
+
+    def spy(*args: Any) -> Any:
+        record = finish(*args)
+        records.append(record)
+        return record
+
+    controller.finish_step = spy
+    driver = Driver(
+        s,
+        lambda step, n: (step * 7 + driver.next_id) % (n + 1),
+        lambda step, rid, k: (
+            0 if (step + int(rid[1:])) % 3 == 0 else (step + int(rid[1:])) % (k + 1)
+        ),
+    )
     ramp(driver, [3, 5, 2], 10)
     counted = {
-        str(i): (
-            sample(s, "specdeploy_draft_tokens_total", position=str(i)),
-            sample(s, "specdeploy_accepted_tokens_total", position=str(i)),
-        )
+        str(i): [
+            sample(s, name, position=str(i))
+            for name in (
+                "specdeploy_draft_positions_reached_total",
+                "specdeploy_draft_tokens_total",
+                "specdeploy_accepted_tokens_total",
+            )
+        ]
         for i in (1, 2, 3)
     }
-    return {"pairs": driver.pairs, "counted": counted}
+    return {
+        "pairs": driver.pairs,
+        "triples": driver.triples,
+        "contexts": driver.contexts,
+        "counted": counted,
+        "verified": sample(s, "specdeploy_verified_tokens_total"),
+        "sequence_steps": sample(s, "specdeploy_decode_sequence_steps_total"),
+        "record_contexts": sum(r.context_tokens for r in records),
+        "record_verified": sum(r.verified_tokens for r in records),
+        "timed_ks": sorted({r.k for r in records if r.step_seconds is not None}),
+        "trace": driver.trace,
+        "timed": [r.step_seconds is not None for r in records],
+    }
 
 
 def scenario_async_subclass() -> dict[str, Any]:

@@ -76,14 +76,36 @@ def test_the_adaptive_policy_moves_k_with_the_batch_size(results: dict[str, Any]
     assert 2 <= switches <= 6
 
 
-def test_acceptance_is_counted_with_conditional_denominators(results: dict[str, Any]) -> None:
+def test_counts_follow_the_one_definition_with_missing_drafts_as_rejections(
+    results: dict[str, Any],
+) -> None:
     r = scenario(results, "acceptance_counts")
-    pairs = [tuple(p) for p in r["pairs"]]
-    assert len(pairs) > 50 and {a for _, a in pairs} == {0, 1, 2, 3}
+    triples = [tuple(t) for t in r["triples"]]
+    # The scenario exercises what n-gram does: no draft, short drafts, full drafts, two K.
+    assert len(triples) > 50
+    assert {length for _, length, _ in triples} == {0, 1, 2, 3}
+    assert {k for k, _, _ in triples} == {1, 3}
+    assert sum(1 for _, length, _ in triples if length == 0) > 10
     for position in (1, 2, 3):
-        drafted = sum(1 for d, a in pairs if d >= position and a >= position - 1)
-        accepted = sum(1 for _, a in pairs if a >= position)
-        assert r["counted"][str(position)] == [float(drafted), float(accepted)]
+        reached = sum(1 for k, _, a in triples if k >= position and a >= position - 1)
+        proposed = sum(
+            1 for k, n, a in triples if k >= position and a >= position - 1 and n >= position
+        )
+        accepted = sum(1 for _, _, a in triples if a >= position)
+        assert r["counted"][str(position)] == [float(reached), float(proposed), float(accepted)]
+    assert r["verified"] == float(sum(1 + n for _, n, _ in triples)) == r["record_verified"]
+    assert r["sequence_steps"] == float(len(triples))
+    assert r["record_contexts"] == sum(r["contexts"])
+
+
+def test_only_clean_decode_steps_at_an_unchanged_k_are_timed(results: dict[str, Any]) -> None:
+    r = scenario(results, "acceptance_counts")
+    trace, timed = r["trace"], r["timed"]
+    assert len(trace) == len(timed) and any(timed) and not all(timed)
+    for i, is_timed in enumerate(timed):
+        if is_timed:
+            assert i > 0 and trace[i]["k"] == trace[i - 1]["k"], (i, trace[i - 1 : i + 1])
+            assert trace[i]["bs"] <= trace[i - 1]["bs"]  # none joined: a join is a prefill
 
 
 def test_the_factory_builds_the_async_subclass_and_k_still_follows(

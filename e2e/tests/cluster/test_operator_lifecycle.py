@@ -195,7 +195,10 @@ def test_the_example_profiles_each_gpu_type_on_its_nodes_then_serves_it(
         "Profiled": "True",
         "Available": "True",
         "Progressing": "False",
+        "SpeculationBeneficial": "True",
     }
+    # the profiling Jobs measured plain decoding too, so each pool has a predicted gain
+    assert all(p["predictedGain"] > 1.0 and p["speculating"] for p in final["pools"])
     configs = [speculative_config(d) for d in children(admin, "Deployment", namespace)]
     assert [c["num_speculative_tokens"] for c in configs] == [5, 5, 5]
     tables = [c["num_speculative_tokens_per_batch_size"] for c in configs]

@@ -88,6 +88,15 @@ class Method(StrEnum):
     SUFFIX = "suffix"
 
 
+class Fallback(StrEnum):
+    """What a pool runs when its profile predicts speculation slower than plain decoding
+    at every batch size it serves: ``vanilla`` (no speculation configured, the
+    floor) or ``none`` (speculate anyway, at the profile's best K)."""
+
+    VANILLA = "vanilla"
+    NONE = "none"
+
+
 class ProfilingMode(StrEnum):
     """auto: reuse a profile with the same fingerprint, else profile; always:
     profile again for every spec generation; never: only reuse."""
@@ -159,6 +168,13 @@ class SpeculationSpec(WireModel):
     )
     policy: Policy = Policy.ADAPTIVE
     fixed_k: int | None = Field(default=None, ge=0, le=16, description="Used by policy fixed.")
+    fallback: Fallback = Field(
+        default=Fallback.VANILLA,
+        description=(
+            "vanilla: a pool whose profile predicts speculation slower than plain decoding "
+            "at every batch size it serves runs without speculation; none: speculate anyway."
+        ),
+    )
 
 
 class Replicas(WireModel):
@@ -360,6 +376,17 @@ class PoolStatus(WireModel):
     profile_source: ProfileSource | None = None
     profiling_job: str | None = None
     schedule: str | None = None
+    predicted_gain: float | None = Field(
+        default=None,
+        description=(
+            "The profile's best-K goodput over plain decoding's, mean over the batch sizes "
+            "served (below 1: speculation predicted to lose); absent without a baseline."
+        ),
+    )
+    speculating: bool | None = Field(
+        default=None,
+        description="False when the pool runs plain decoding (policy off or fallback).",
+    )
     replicas: int = 0
     ready_replicas: int = 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeploy.operator.api import Phase, ProfilingMode
+from specdeploy.operator.api import Fallback, Phase, ProfilingMode
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.job import ProfilingJob, profiling_job
 from specdeploy.operator.builders.rbac import (
@@ -35,6 +35,7 @@ from specdeploy.operator.observed import (
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.serving import Table, serve
 from specdeploy.operator.status import PoolOutcome, Profiling
+from specdeploy.runtime.floor import judge
 from specdeploy.runtime.schedule import Range, derive_schedule, schedule_problems
 
 
@@ -164,8 +165,11 @@ def profiled_pool(ctx: Context, pool: Pool) -> PoolPlan:
         if schedule is None:
             wait = _Wait(Phase.FAILED, why, Profiling.FAILED, name, shared=marker)
             return _waiting(ctx, pool, wait)
-        served = Table(schedule, view.document, name, Profiling.READY, marker)
-        return serve(ctx, pool, served)
+        assert view.document is not None  # usable_schedule returned a schedule
+        verdict = judge(view.document.spec, spec.profiling.batch_sizes)
+        fallback = verdict.loses and spec.speculation.fallback is Fallback.VANILLA
+        table = None if fallback else schedule
+        return serve(ctx, pool, Table(table, view.document, name, Profiling.READY, marker, verdict))
     if spec.profiling.mode is ProfilingMode.NEVER:
         message = f"no SpeculationProfile {name} and spec.profiling.mode is never"
         return _waiting(ctx, pool, _Wait(Phase.PENDING, message, Profiling.MISSING, name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.operator.api import Phase, ProfileSource
+from specdeploy.operator.api import Phase, Policy, ProfileSource
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.configmap import table_configmap
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
@@ -21,6 +21,7 @@ from specdeploy.operator.observed import rollout_state
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.status import PoolOutcome, Profiling
 from specdeploy.runtime.contract import PoolTable
+from specdeploy.runtime.floor import Verdict
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.schedule import Range, format_schedule
 
@@ -34,6 +35,13 @@ class Table:
     profile_ref: str | None
     profiling: Profiling
     shared: tuple[Manifest, ...] = ()
+    verdict: Verdict | None = None
+    """Against plain decoding; with ``schedule`` None and a losing verdict, the
+    pool fell back to plain decoding."""
+
+    @property
+    def fell_back(self) -> bool:
+        return self.schedule is None and self.verdict is not None and self.verdict.loses
 
 
 def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
@@ -50,7 +58,7 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         schedule=table_in.schedule,
     )
     table = PoolTable(
-        policy=spec.speculation.policy,
+        policy=Policy.OFF if table_in.fell_back else spec.speculation.policy,
         max_k=spec.speculation.max_k,
         fixed_k=spec.speculation.fixed_k,
         schedule=table_in.schedule or (),
@@ -63,18 +71,26 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
     )
     deployment = with_applied_hash(serving_deployment(parent, spec, serving))
     owned = (with_applied_hash(configmap), deployment)
+    verdict = table_in.verdict
     extra: dict[str, Any] = {
         "profile": table_in.profile_ref,
         "profile_source": None if profile is None else ProfileSource(profile.spec.source.value),
         "schedule": None if table_in.schedule is None else format_schedule(table_in.schedule),
+        "predicted_gain": None if verdict is None else verdict.gain,
+        "speculating": table_in.schedule is not None,
     }
     taken = conflict(ctx, owned)
     if taken is not None:
         status = pool_status(pool, Phase.FAILED, taken, **extra)
         return PoolPlan(PoolOutcome(status, table_in.profiling), shared=table_in.shared)
     state, message, replicas, ready = rollout(ctx, serving.name, deployment)
+    if table_in.fell_back and verdict is not None:
+        message += (
+            f"; plain decoding: the profile predicts speculation at {verdict.gain:.2f}x of "
+            "it at every batch size served (spec.speculation.fallback: vanilla)"
+        )
     status = pool_status(pool, state, message, replicas=replicas, ready_replicas=ready, **extra)
-    outcome = PoolOutcome(status, table_in.profiling)
+    outcome = PoolOutcome(status, table_in.profiling, verdict)
     return PoolPlan(outcome, owned=owned, shared=table_in.shared)
 
 

@@ -20,8 +20,10 @@ from specdeploy.operator.api import (
     PoolStatus,
     SpeculativeDeploymentStatus,
 )
+from specdeploy.runtime.floor import Verdict
 
 VALID, PROFILED, AVAILABLE, PROGRESSING = "Valid", "Profiled", "Available", "Progressing"
+BENEFICIAL = "SpeculationBeneficial"
 _BAD = (Phase.FAILED, Phase.DEGRADED)
 
 
@@ -41,6 +43,8 @@ class PoolOutcome:
 
     status: PoolStatus
     profiling: Profiling
+    verdict: Verdict | None = None
+    """Against plain decoding, where the pool's profile has a baseline."""
 
 
 def overall_phase(states: Sequence[Phase]) -> Phase:
@@ -96,6 +100,28 @@ def available_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
     return _cond(AVAILABLE, True, "PoolsAvailable", "every pool has a ready replica")
 
 
+def beneficial_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
+    """Whether speculation beats plain decoding where the profiles can tell."""
+    judged = [o for o in outcomes if o.verdict is not None and o.verdict.gain is not None]
+    if not judged:
+        return _cond(BENEFICIAL, None, "NoBaseline", "no profile measured plain decoding")
+    losing = [o for o in judged if o.verdict is not None and o.verdict.loses]
+    if losing:
+        detail = "; ".join(
+            f"{o.status.gpu_type}: {o.verdict.gain:.2f}x plain decoding"
+            + ("" if o.status.speculating else ", runs plain decoding")
+            for o in losing
+            if o.verdict is not None and o.verdict.gain is not None
+        )
+        return _cond(BENEFICIAL, False, "SpeculationLoses", detail)
+    gains = ", ".join(
+        f"{o.status.gpu_type}: {o.verdict.gain:.2f}x"
+        for o in judged
+        if o.verdict is not None and o.verdict.gain is not None
+    )
+    return _cond(BENEFICIAL, True, "SpeculationGains", f"over plain decoding: {gains}")
+
+
 def progressing_condition(phase: Phase) -> Condition:
     if phase in (Phase.PROFILING, Phase.ROLLING_OUT):
         return _cond(PROGRESSING, True, phase.value)
@@ -136,6 +162,7 @@ def compose(
         profiled_condition(outcomes),
         available_condition(outcomes),
         progressing_condition(phase),
+        beneficial_condition(outcomes),
     ]
     return SpeculativeDeploymentStatus(
         phase=phase,

@@ -91,23 +91,67 @@ class Fingerprint(WireModel):
         return f"p-{self.digest()}"
 
 
+Rate = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+Count = Annotated[int, Field(ge=0)]
+
+
 class Measurement(WireModel):
-    """One measured (batch size, K) cell: mean step time over ``samples`` steps."""
+    """One measured (batch size, K, context) cell: mean step time over ``samples`` steps.
+
+    ``acceptanceLength`` is the realized tokens per sequence per step (the
+    bonus token included; a missing draft counts as a rejection), one
+    meaning everywhere. ``verifiedTokens`` is the mean number of tokens a
+    sequence verified per step (1 + its proposal length: n-gram drafters
+    often propose fewer than K), ``contextTokens`` the mean context per
+    sequence, ``draftingRate`` the share of sequence-steps with a draft at
+    position 1. Profiles made before these fields existed lack them; the
+    cost model then assumes K + 1 verified tokens and no context axis.
+    """
 
     batch_size: StrictInt = Field(ge=1)
     k: StrictInt = Field(ge=0)
     itl_ms: float = Field(gt=0, allow_inf_nan=False)
     acceptance_length: float | None = Field(default=None, ge=1, allow_inf_nan=False)
     samples: int = Field(default=1, ge=1)
+    verified_tokens: float | None = Field(default=None, ge=1, allow_inf_nan=False)
+    context_tokens: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    drafting_rate: Rate | None = None
+
+
+class Baseline(WireModel):
+    """Plain decoding (no speculation configured) at one batch size: the floor to beat.
+
+    K=0 with speculation configured is not this: vLLM still runs the
+    drafter's sync pass and the speculation bookkeeping, and a K table forces
+    piecewise CUDA graphs. Only this measurement can say that turning
+    speculation off would be faster.
+    """
+
+    batch_size: StrictInt = Field(ge=1)
+    itl_ms: float = Field(gt=0, allow_inf_nan=False)
+    samples: int = Field(default=1, ge=1)
+    context_tokens: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class Acceptance(WireModel):
-    """Conditional acceptance of draft position i given positions < i accepted."""
+    """Acceptance of draft position i given positions < i accepted; a missing draft is a rejection.
 
-    per_position: tuple[Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)], ...] = Field(
-        min_length=1
-    )
+    ``perPosition`` is a_i = accepted/reached (``goodput`` explains the
+    counts), so AL(K) = 1 + sum prod a_j is the realized tokens per step.
+    ``draftingRate`` is q_i = proposed/reached, the drafter's share of
+    reached positions it proposed (1.0 for EAGLE and draft models), and
+    ``proposalSurvival`` s_i = P(proposal length >= i), which prices the
+    verified tokens (``cost.py``). The counts they came from are kept for
+    pooling with live telemetry.
+    """
+
+    per_position: tuple[Rate, ...] = Field(min_length=1)
     samples: int | None = Field(default=None, ge=0)
+    drafting_rate: tuple[Rate, ...] | None = None
+    proposal_survival: tuple[Rate, ...] | None = None
+    reached: tuple[Count, ...] | None = None
+    proposed: tuple[Count, ...] | None = None
+    accepted: tuple[Count, ...] | None = None
 
 
 class ProfileSpec(WireModel):
@@ -118,6 +162,8 @@ class ProfileSpec(WireModel):
     dataset: str | None = None
     measurements: tuple[Measurement, ...] = Field(min_length=1)
     acceptance: Acceptance
+    baseline: tuple[Baseline, ...] = ()
+    """Plain decoding per batch size (empty in profiles made before it was measured)."""
     # Strict ints: vLLM's table is ints, and 2.0 or "2" hides a broken generator.
     schedule: tuple[tuple[StrictInt, StrictInt, StrictInt], ...] | None = None
 
@@ -166,19 +212,47 @@ def _api_identity(doc: SpeculationProfile) -> Iterator[str]:
         yield f"kind: must be {KIND!r}, got {doc.kind!r}"
 
 
+def _cell_key(row: Measurement) -> tuple[int, int, float]:
+    return row.batch_size, row.k, row.context_tokens or 0.0
+
+
 def measurements_sorted_and_unique(spec: ProfileSpec) -> Iterator[str]:
-    """Rows are ordered by (batchSize, k) with no cell measured twice."""
+    """Rows are ordered by (batchSize, k, contextTokens) with no cell measured twice."""
     for i in range(1, len(spec.measurements)):
         prev, row = spec.measurements[i - 1], spec.measurements[i]
         here = f"spec.measurements[{i}]"
-        if (row.batch_size, row.k) == (prev.batch_size, prev.k):
+        if _cell_key(row) == _cell_key(prev):
             yield f"{here}: duplicate cell batchSize={row.batch_size} k={row.k}"
-        elif (row.batch_size, row.k) < (prev.batch_size, prev.k):
+        elif _cell_key(row) < _cell_key(prev):
             yield (
-                f"{here}: rows must be sorted by batchSize then k; "
+                f"{here}: rows must be sorted by batchSize, k and contextTokens; "
                 f"(batchSize={row.batch_size}, k={row.k}) follows "
                 f"(batchSize={prev.batch_size}, k={prev.k})"
             )
+
+
+def baseline_sorted_and_unique(spec: ProfileSpec) -> Iterator[str]:
+    """Baseline rows are ordered by batch size (and context), each measured once."""
+    keys = [(b.batch_size, b.context_tokens or 0.0) for b in spec.baseline]
+    for i in range(1, len(keys)):
+        if keys[i] <= keys[i - 1]:
+            yield f"spec.baseline[{i}]: rows must be sorted by batchSize, each once"
+
+
+def acceptance_counts_consistent(spec: ProfileSpec) -> Iterator[str]:
+    """Counts, when given, have one entry per position and accepted <= proposed <= reached."""
+    acc = spec.acceptance
+    n = len(acc.per_position)
+    for name in ("drafting_rate", "proposal_survival", "reached", "proposed", "accepted"):
+        values = getattr(acc, name)
+        if values is not None and len(values) != n:
+            yield (
+                f"spec.acceptance.{_camel(name)}: has {len(values)} positions, perPosition has {n}"
+            )
+    if acc.reached is not None and acc.proposed is not None and acc.accepted is not None:
+        for i, (r, p, a) in enumerate(zip(acc.reached, acc.proposed, acc.accepted, strict=False)):
+            if not a <= p <= r:
+                yield f"spec.acceptance: position {i + 1}: need accepted <= proposed <= reached"
 
 
 def k_within_max_k(spec: ProfileSpec) -> Iterator[str]:
@@ -229,8 +303,15 @@ def schedule_follows_vllm_rules(spec: ProfileSpec) -> Iterator[str]:
         yield f"spec.schedule{problem}"
 
 
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(r.title() for r in rest)
+
+
 SPEC_CHECKS: tuple[Check, ...] = (
     measurements_sorted_and_unique,
+    baseline_sorted_and_unique,
+    acceptance_counts_consistent,
     k_within_max_k,
     baseline_at_every_batch_size,
     acceptance_covers_measured_k,

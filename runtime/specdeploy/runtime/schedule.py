@@ -1,11 +1,15 @@
 """From a profile's measurements to a K schedule, and to and from vLLM's table.
 
-A profile measures step time (ITL) on a sparse grid of (batch size, K) cells.
-The schedule needs a K for *every* batch size a pod can see, so we fill the
-grid by linear interpolation in batch size, per K, and pick the K that
-maximises goodput = AL(K) / ITL(bs, K) at each integer batch size. The result
-is compressed into inclusive ranges, which is the shape vLLM's
-``speculative_config.num_speculative_tokens_per_batch_size`` takes.
+A profile measures step time (ITL) on a sparse grid of (batch size, K,
+context) cells. The schedule needs a K for *every* batch size a pod can see:
+the cells fit the step-cost model of ``cost.py`` (ITL from the tokens
+actually verified and the context read), which prices every batch size and
+K at the serving context, and the schedule picks the measured K that
+maximises goodput = AL(K) / ITL(bs, K) at each integer batch size, with AL
+from the acceptance that counts a missing draft as a rejection
+(``goodput``). The result is compressed into inclusive ranges, which is the
+shape vLLM's ``speculative_config.num_speculative_tokens_per_batch_size``
+takes. ``itl_grid`` is the measured cells interpolated per K, for display.
 
 vLLM's rules, as read in vllm-project/vllm (0.32 line):
 
@@ -50,7 +54,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
+from specdeploy.runtime.cost import Cell, StepCostModel
+from specdeploy.runtime.goodput import FloatArray, acceptance_lengths, verified_per_sequence
 
 if TYPE_CHECKING:
     from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
@@ -119,21 +124,100 @@ def itl_grid(spec: ProfileSpec, max_batch_size: int | None = None) -> FloatArray
     return grid
 
 
+def cost_model(spec: ProfileSpec) -> StepCostModel:
+    """The profile's cells fitted to ``cost.StepCostModel``, its baseline as plain decoding.
+
+    Cells without ``verifiedTokens`` (profiles made before it was recorded)
+    are taken to verify K + 1 tokens per sequence; cells without
+    ``contextTokens`` to share one context (no context axis).
+    """
+    cells = [
+        Cell(
+            batch_size=m.batch_size,
+            k=m.k,
+            itl_ms=m.itl_ms,
+            verified_per_sequence=m.verified_tokens if m.verified_tokens else 1.0 + m.k,
+            context_per_sequence=m.context_tokens or 0.0,
+            weight=float(m.samples),
+        )
+        for m in spec.measurements
+    ]
+    vanilla = [(b.batch_size, b.itl_ms) for b in spec.baseline]
+    return StepCostModel.fit(cells, vanilla)
+
+
+def proposal_survival(spec: ProfileSpec) -> tuple[float, ...]:
+    """s_i = P(proposal length >= i) per position: the profile's, else always proposed."""
+    survival = spec.acceptance.proposal_survival
+    return tuple(survival) if survival is not None else (1.0,) * spec.fingerprint.max_k
+
+
+def modelled_itl_grid(
+    spec: ProfileSpec,
+    max_batch_size: int | None = None,
+    *,
+    survival: Sequence[float] | None = None,
+    context_per_sequence: float | None = None,
+) -> FloatArray:
+    """ITL in ms from the cost model, shape (max_bs + 1, maxK + 1); NaN where unavailable.
+
+    ``survival`` (P(proposal length >= i)) reprices the cells' verified tokens
+    for other proposal lengths; None keeps the profile's own.
+
+    Only measured K compete (vLLM captures CUDA graphs for the K in its table
+    only), and each only inside the batch sizes it was measured at (as
+    ``itl_grid`` says: guessing beyond them would invent step costs, and a
+    smart search leaves out cells it found losing); ``survival`` and
+    ``context_per_sequence`` default to the profile's.
+    """
+    rows = _max_batch_size(spec, max_batch_size)
+    model = cost_model(spec)
+    verified = None
+    if survival is not None:
+        verified = [verified_per_sequence(survival, k) for k in range(spec.fingerprint.max_k + 1)]
+    grid = model.grid(rows, spec.fingerprint.max_k, verified, context_per_sequence)
+    grid[np.isnan(itl_grid(spec, max_batch_size))] = np.nan
+    return grid
+
+
 def goodput_grid(
     spec: ProfileSpec,
     max_batch_size: int | None = None,
     per_position: Sequence[float] | None = None,
 ) -> FloatArray:
-    """Goodput AL(K) / ITL in tokens/s per sequence, same shape as ``itl_grid``.
+    """Goodput AL(K) / ITL in tokens/s per sequence, shape (max_bs + 1, maxK + 1).
 
-    Acceptance comes from the profile unless ``per_position`` overrides it
-    (live telemetry: acceptance depends on the workload, step cost on the
-    hardware, so the two are merged here). NaN wherever ITL is NaN.
+    ITL from the cost model (``modelled_itl_grid``: exact at measured cells,
+    verified tokens from the profile's proposal lengths); acceptance from the
+    profile unless ``per_position`` overrides it (live telemetry: acceptance
+    depends on the workload, step cost on the hardware, so the two are merged
+    here). NaN for K never measured.
     """
     rates = spec.acceptance.per_position if per_position is None else per_position
-    itl_ms = itl_grid(spec, max_batch_size)
+    itl_ms = modelled_itl_grid(spec, max_batch_size)
     lengths = acceptance_lengths(rates, spec.fingerprint.max_k)
     result: FloatArray = lengths[np.newaxis, :] / (itl_ms / 1000.0)
+    return result
+
+
+def vanilla_gain(spec: ProfileSpec, max_batch_size: int | None = None) -> FloatArray | None:
+    """Best-K goodput over plain decoding's, per batch size (index = batch size; 0 NaN).
+
+    None when the profile has no baseline: nothing then knows what turning
+    speculation off would give. Below 1.0, speculation loses at that size.
+    """
+    model = cost_model(spec)
+    if not model.vanilla_sizes:
+        return None
+    goodput = goodput_grid(spec, max_batch_size)
+    rows = goodput.shape[0]
+    best = np.nanmax(np.where(np.isnan(goodput), -np.inf, goodput), axis=1)
+    gain = np.full(rows, np.nan)
+    for bs in range(1, rows):
+        vanilla = model.vanilla_itl_ms(bs, model.reference_context)
+        if vanilla is not None:
+            gain[bs] = best[bs] / (1000.0 / vanilla)
+    result: FloatArray = gain
     return result
 
 

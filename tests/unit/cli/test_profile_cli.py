@@ -20,6 +20,7 @@ from specdeploy.runtime.schedule import (
     to_vllm,
     validate_vllm,
 )
+from tests.paths import ROOT
 
 SMALL = ["--batch-sizes", "1,4,16,64", "--steps", "16", "--progress-interval", "0"]
 
@@ -57,7 +58,8 @@ def test_sim_profile_derives_a_schedule_vllm_accepts(
     assert lookup[1] >= 3 and lookup[64] <= lookup[1]  # the seed's shape: K falls with load
     assert not log.exists()  # nothing to report on success
     raw_doc = json.loads(raw.read_text())
-    assert len(raw_doc["cells"]) == len(spec.measurements)
+    assert len(raw_doc["cells"]) + len(raw_doc["contexts"]) == len(spec.measurements)
+    assert raw_doc["contexts"], "the context axis is on by default"
     assert all(len(c["stepSeconds"]) >= 16 * c["repeats"] for c in raw_doc["cells"])
     err = capsys.readouterr().err
     assert err.count("specdeploy profile: ") >= len(spec.measurements)  # a line per cell
@@ -73,6 +75,7 @@ def test_exhaustive_search_measures_the_whole_grid(tmp_path: Path) -> None:
         *SMALL,
         "--search",
         "exhaustive",
+        "--no-context-axis",
         "--min-repeats",
         "1",
         "--out",
@@ -301,3 +304,51 @@ def test_sim_with_an_unknown_gpu_type_is_invalid_arguments(tmp_path: Path) -> No
         tmp_path, ExitCode.INVALID_ARGUMENTS, "--gpu-type", "--preset", "seed-dense",
         "--gpu-type", "NVIDIA-Imaginary-1", "--out", "-",
     )  # fmt: skip
+
+
+def test_a_profile_re_derived_from_its_raw_file_is_the_same_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, raw = tmp_path / "p.yaml", tmp_path / "raw.json"
+    code, _ = _profile(
+        tmp_path, "--preset", "seed-dense", *SMALL, "--out", str(out), "--raw", str(raw)
+    )
+    assert code == 0
+    again = tmp_path / "again.yaml"
+    code, _ = _profile(tmp_path, "--from-raw", str(raw), "--out", str(again))
+    assert code == 0, capsys.readouterr().err
+    measured, rederived = load_profile(out), load_profile(again)
+    assert rederived.spec == measured.spec
+    assert rederived.metadata.name == measured.metadata.name
+    assert "re-derived" in capsys.readouterr().err
+
+
+def test_an_old_raw_file_takes_the_fingerprint_of_the_profile_it_rewrites(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The shipped profile's raw file predates the reached counts and records no fingerprint."""
+    shipped = ROOT / "profiles" / "smollm2-135m-ngram-cpu"
+    out = tmp_path / "profile.yaml"
+    out.write_text(shipped.with_suffix(".yaml").read_text())
+    raw = str(shipped.with_suffix(".raw.json"))
+    code, _ = _profile(tmp_path, "--from-raw", raw, "--out", str(out))
+    assert code == 0, capsys.readouterr().err
+    spec = load_profile(out).spec
+    assert spec.source is Source.MEASURED
+    assert spec.acceptance.per_position == (0.2165, 0.8272, 0.9123)
+    assert spec.acceptance.drafting_rate == (0.2835, 1.0, 1.0)
+    assert spec.schedule == ((1, 1, 3), (2, 10, 2), (11, 16, 1))
+    assert out.read_text() == shipped.with_suffix(".yaml").read_text()  # the shipped one is current
+
+
+def test_re_deriving_without_an_output_or_a_fingerprint_is_invalid_arguments(
+    tmp_path: Path,
+) -> None:
+    raw = str(ROOT / "profiles" / "smollm2-135m-ngram-cpu.raw.json")
+    code, log = _profile(tmp_path, "--from-raw", raw)
+    assert code == ExitCode.INVALID_ARGUMENTS and "needs --out" in log.read_text()
+    code, log = _profile(tmp_path, "--from-raw", raw, "--out", str(tmp_path / "new.yaml"))
+    assert code == ExitCode.INVALID_ARGUMENTS and "records no fingerprint" in log.read_text()
+    (tmp_path / "bad.json").write_text("{")
+    code, log = _profile(tmp_path, "--from-raw", str(tmp_path / "bad.json"), "--out", "-")
+    assert code == ExitCode.INVALID_ARGUMENTS and "not valid JSON" in log.read_text()

@@ -192,6 +192,16 @@ def test_vllm_loads_the_scheduler_add_on() -> None:
 def test_no_speculation_means_no_speculative_config_and_no_add_on() -> None:
     flags = args_of(serving(schedule=None))
     assert "--speculative-config" not in flags and "--scheduler-cls" not in flags
+    env = {e["name"] for e in pod(serving(schedule=None))["containers"][0]["env"]}
+    assert "SPECDEPLOY_ALLOWED_K" not in env
+
+
+def test_the_add_on_may_always_fall_to_k0_even_when_the_table_has_no_k0() -> None:
+    """The add-on keeps K inside the started table's K set; without 0 there a
+    collapse of acceptance would leave the pod at its smallest K for good."""
+    schedule = ((1, 4, 3), (5, 16, 2), (17, 64, 1))
+    env = {e["name"]: e for e in pod(serving(schedule=schedule))["containers"][0]["env"]}
+    assert env["SPECDEPLOY_ALLOWED_K"]["value"] == "0,1,2,3"
 
 
 def test_extra_args_come_last() -> None:

@@ -514,3 +514,63 @@ def test_every_transition_is_an_event_and_a_repeat_is_not() -> None:
 def test_owned_children_carry_the_hash_of_what_was_applied() -> None:
     decision = decide(deployment(), observed(profiles=(), nodes=()), now=NOW)
     assert all(APPLIED_HASH in m["metadata"]["annotations"] for m in decision.owned)
+
+
+# --- the plain-decoding floor --------------------------------------------------
+
+
+def with_baseline(doc: dict[str, Any], factor: float) -> dict[str, Any]:
+    """The profile with a plain-decoding baseline at ``factor`` x its K=0 step time."""
+    doc = copy.deepcopy(doc)
+    doc["spec"]["baseline"] = [
+        {"batchSize": m["batchSize"], "itlMs": round(m["itlMs"] * factor, 4), "samples": 64}
+        for m in doc["spec"]["measurements"]
+        if m["k"] == 0
+    ]
+    return doc
+
+
+def speculative_args(decision: Decision, gpu: str) -> list[str]:
+    args = serving(decision, gpu)["spec"]["template"]["spec"]["containers"][0]["args"]
+    return [a for a in args if a.startswith(("--speculative-config", "--scheduler-cls"))]
+
+
+def test_a_pool_where_speculation_beats_plain_decoding_reports_its_gain() -> None:
+    body = deployment({"pools": [{"gpuType": H100}]})
+    world = observed(profiles=(with_baseline(profile(body, H100), 0.9),))
+    decision = decide(body, world, now=NOW)
+    status = pool_status(decision, H100)
+    assert status["speculating"] is True and status["predictedGain"] > 1.0
+    assert condition(decision, "SpeculationBeneficial")["status"] == "True"
+    assert len(speculative_args(decision, H100)) == 2
+
+
+def test_a_pool_whose_profile_loses_to_plain_decoding_falls_back_and_says_so() -> None:
+    body = deployment({"pools": [{"gpuType": H100}]})
+    losing = profile(body, H100)
+    losing["spec"]["acceptance"]["perPosition"] = [0.01] * 5  # nothing is ever accepted
+    world = observed(profiles=(with_baseline(losing, 0.9),))
+    decision = decide(body, world, now=NOW)
+    status = pool_status(decision, H100)
+    assert status["speculating"] is False and status["predictedGain"] < 1.0
+    assert "plain decoding" in status["message"]
+    cond = condition(decision, "SpeculationBeneficial")
+    assert (cond["status"], cond["reason"]) == ("False", "SpeculationLoses")
+    assert speculative_args(decision, H100) == []  # a Deployment without speculation
+    table = json.loads(
+        next(m for m in decision.owned if m["kind"] == "ConfigMap")["data"]["table.json"]
+    )
+    assert table["policy"] == "off"
+    # fallback: none keeps speculating and still says it loses.
+    keep = deployment({"pools": [{"gpuType": H100}], "speculation": {"fallback": "none"}})
+    kept = decide(keep, world, now=NOW)
+    assert pool_status(kept, H100)["speculating"] is True
+    assert condition(kept, "SpeculationBeneficial")["status"] == "False"
+
+
+def test_without_a_baseline_nothing_claims_a_gain() -> None:
+    body = deployment({"pools": [{"gpuType": H100}]})
+    decision = decide(body, observed(profiles=(profile(body, H100),)), now=NOW)
+    assert "predictedGain" not in pool_status(decision, H100)
+    cond = condition(decision, "SpeculationBeneficial")
+    assert (cond["status"], cond["reason"]) == ("Unknown", "NoBaseline")

@@ -8,6 +8,10 @@ The container runs ``vllm serve`` with:
   only when a table is configured, and the add-on replaces that lookup);
 * ``--scheduler-cls``: the add-on's scheduler factory (``SCHEDULER_CLS``);
 * the table ConfigMap mounted at ``TABLE_DIR`` (re-read by the add-on on change);
+* ``SPECDEPLOY_ALLOWED_K``: the table's K values and 0. The add-on keeps K
+  inside the K set the engine started with (its CUDA-graph shapes), and a
+  table without a K=0 range would leave a pod no way down to K=0 when
+  acceptance collapses (the review's "sits at K=1 for good");
 * GPUs as ``nvidia.com/gpu`` and tensor parallelism, pinned to the GPU type;
 * probes on ``/health``; the add-on's metrics on their own port;
 * graceful drain, as KServe does it: a ``preStop`` pause while endpoints are
@@ -107,7 +111,14 @@ def _env(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> list[dict[str, o
     ]
     if pool.profile is not None:
         env.append({"name": PodEnv.PROFILE.value, "value": pool.profile})
+    if pool.schedule is not None:
+        env.append({"name": PodEnv.ALLOWED_K.value, "value": allowed_k(pool.schedule)})
     return [*env, *hf_token_env(spec)]
+
+
+def allowed_k(schedule: Sequence[Sequence[int]]) -> str:
+    """The add-on's K set: the table's K values and 0 (the floor), e.g. ``0,1,2,3``."""
+    return ",".join(str(k) for k in sorted({0, *(int(r[2]) for r in schedule)}))
 
 
 def _probe(period: int, failures: int) -> dict[str, object]:

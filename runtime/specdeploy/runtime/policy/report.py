@@ -22,7 +22,7 @@ class KEstimate:
     chosen: bool
     """Whether the policy would run this K at this batch size now."""
     itl_correction: float
-    """Live factor applied to the profile's step time (1.0: the profile as is)."""
+    """Live prediction over the profile's for this step (1.0: the profile as is)."""
 
 
 @dataclass(frozen=True)
@@ -30,16 +30,27 @@ class PolicyEstimates:
     """The policy's state for telemetry and the operator's live profile status."""
 
     acceptance: tuple[float, ...]
-    """Current a_i per draft position."""
+    """Current a_i per draft position (a missing draft counts as a rejection)."""
     acceptance_prior: tuple[float, ...]
     acceptance_samples: tuple[float, ...]
-    """Decayed number of drafts observed per position (the estimate's evidence)."""
+    """Decayed number of reached positions observed (the estimate's evidence)."""
     acceptance_drift: float
     """Log-odds shift of live acceptance from the profile (0: as profiled)."""
-    itl_correction: dict[tuple[int, int, int], float]
-    """Factor per (bucket's first batch size, last batch size, K), allowed K only."""
-    itl_samples: dict[tuple[int, int, int], float]
-    global_itl_correction: float
+    drafting_rate: tuple[float, ...]
+    """Share of reached positions the drafter proposed (1.0: it always proposes)."""
+    proposal_survival: tuple[float, ...]
+    """P(proposal length >= i): what prices the verified tokens."""
+    cost_scale: dict[tuple[int, int], float]
+    """Live scale of the profile's step-cost model per batch-size bucket (first,
+    last batch size); 1.0: the profile as is."""
+    cost_samples: dict[tuple[int, int], float]
+    global_cost_scale: float
+    context_cost_ms_per_token: float
+    context_per_sequence: float
+    throughput: float
+    """Observed tokens/s of the system (the throughput objective's lambda)."""
+    acceptance_changes: int
+    """How often the change test replaced old acceptance evidence."""
     generation: int
     steps: int
     exploration_steps: int

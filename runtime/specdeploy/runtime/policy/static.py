@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
 from specdeploy.runtime.schedule import derive_schedule, expand_lookup
 
@@ -19,14 +20,7 @@ class _Static:
 
     name: str
 
-    def observe(
-        self,
-        batch_size: int,
-        k: int,
-        step_seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
+    def observe(self, step: StepRecord) -> None:
         """Nothing to learn."""
 
     def __repr__(self) -> str:

@@ -6,6 +6,13 @@ drafts verified) for ``steps`` steps after its own warm-up, and returns the
 per-step times and the per-position draft counts. The search decides which
 cells to measure and how often to repeat them; the backend only measures.
 
+A backend may also measure plain decoding (no speculation configured) at a
+batch size, ``measure_baseline(batch_size, steps)`` (``MeasuresBaseline``):
+the floor a speculative K must beat, which K=0 with speculation configured
+is not. It is optional: the search asks a backend that has it for one
+baseline per batch size after the grid, and a backend without it yields a
+profile without a baseline.
+
 Two backends: ``sim`` (``sim_backend``: a simulator preset, modelled) and
 ``vllm`` (``vllm_backend``: a real engine, measured). The vLLM backend is
 imported only when asked for (``create_vllm_backend``): importing vLLM takes
@@ -37,11 +44,17 @@ from specdeploy.runtime.profiler.exit_codes import (
 
 @dataclass(frozen=True)
 class CellSample:
-    """One ``measure`` call: per-step seconds and conditional draft counts.
+    """One ``measure`` call: per-step seconds and the draft counts of its steps.
 
-    ``drafted[i]`` counts sequences whose draft position i+1 was verified
-    with positions 1..i all accepted; ``accepted[i]`` how many of those
-    accepted position i+1 (policy/base.py explains the denominators).
+    ``drafted[i]`` counts sequence-steps that reached draft position i+1
+    (positions 1..i all accepted; a position the drafter did not propose
+    counts as reached and rejected, ``goodput.reached_counts``), and
+    ``accepted[i]`` how many of those accepted it. The optional fields carry
+    the rest of ``reached_counts`` and what the cost model needs: totals over
+    the counted steps of the sequence-steps that decoded, the tokens they
+    verified (1 + proposal length each) and the context they read. A backend
+    that predates them leaves them None (every position then counts as
+    proposed, and K + 1 tokens as verified).
     """
 
     batch_size: int
@@ -49,6 +62,12 @@ class CellSample:
     step_seconds: Sequence[float]
     drafted: Sequence[int] = field(default_factory=tuple)
     accepted: Sequence[int] = field(default_factory=tuple)
+    proposed: Sequence[int] | None = None
+    offered: Sequence[int] | None = None
+    scheduled: Sequence[int] | None = None
+    sequence_steps: int | None = None
+    verified_tokens: int | None = None
+    context_tokens: int | None = None
 
 
 class ProfilerBackend(Protocol):
@@ -71,6 +90,41 @@ class ProfilerBackend(Protocol):
 
     def close(self) -> None:
         """Release the engine (processes, memory)."""
+        ...
+
+
+@runtime_checkable
+class MeasuresBaseline(Protocol):
+    """A backend that can also run plain decoding, with no speculation configured."""
+
+    def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
+        """``steps`` decode steps of ``batch_size`` sequences on an engine without speculation.
+
+        The sample has ``k == 0`` and no draft counts; it may carry
+        ``sequence_steps``, ``verified_tokens`` and ``context_tokens``. The
+        backend may release its speculative engine to run it: the search
+        asks for baselines only after every speculative cell.
+        """
+        ...
+
+
+@runtime_checkable
+class MeasuresContext(Protocol):
+    """A backend that can start a cell's sequences at a chosen context length.
+
+    The step-cost model prices context (KV reads) additively
+    (``cost.StepCostModel``: gamma per context token); it needs a few cells
+    at other contexts than the serving mix's to fit that slope.
+    """
+
+    def default_prompt_tokens(self) -> int:
+        """The prompt length an ordinary cell's sequences start at (its context)."""
+        ...
+
+    def measure_at_context(
+        self, batch_size: int, k: int, steps: int, prompt_tokens: int
+    ) -> CellSample:
+        """``measure`` with every sequence starting at a ``prompt_tokens``-token context."""
         ...
 
 

@@ -1,19 +1,28 @@
 """From a measured grid to a validated SpeculationProfile with its derived schedule.
 
-Rows are sorted by (batch size, K) and K=0 is present at every batch size
-(the search guarantees it; ``parse_profile`` checks it). Acceptance per
-position is pooled over every cell from the conditional counts, for
-positions 1..(largest K measured): a position never drafted has no evidence
-and is not claimed. The document is re-parsed before it is returned, so an
-invalid profile never leaves the profiler.
+Rows are sorted by (batch size, K, context) and K=0 is present at every
+batch size (the search guarantees it; ``parse_profile`` checks it); a
+(batch size, K) measured at other contexts too (the context axis) has a row
+per context. Each row carries
+what the cost model needs (``cost.py``): the mean tokens a sequence
+verified per step, its mean context, and the cell's drafting rate;
+``acceptanceLength`` is the cell's realized tokens per sequence-step.
+Acceptance per position is pooled over every cell for positions
+1..(largest K measured), with a missing draft counted as a rejection, and
+keeps its counts (reached, proposed, accepted), the drafting rate per
+position and the proposal survival. The baseline is plain decoding per
+batch size, where the backend measured it. The document is re-parsed
+before it is returned, so an invalid profile never leaves the profiler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
+from specdeploy.runtime.goodput import DraftCounts
 from specdeploy.runtime.profile import (
     Acceptance,
+    Baseline,
     Fingerprint,
     Measurement,
     Metadata,
@@ -22,7 +31,7 @@ from specdeploy.runtime.profile import (
     SpeculationProfile,
     parse_profile,
 )
-from specdeploy.runtime.profiler.grid import Grid
+from specdeploy.runtime.profiler.grid import Grid, pooled_counts, proposal_survival
 from specdeploy.runtime.profiler.sampling import CellStats
 from specdeploy.runtime.schedule import derive_schedule
 
@@ -34,13 +43,58 @@ CELLS_ANNOTATION = "specdeploy.io/profile-cells"
 def measurement(stats: CellStats) -> Measurement:
     """One profile row from one cell."""
     al = stats.acceptance_length()
+    verified = stats.verified_per_sequence()
+    context = stats.context_per_sequence()
+    rate = stats.drafting_rate()
     return Measurement(
         batch_size=stats.batch_size,
         k=stats.k,
         itl_ms=round(stats.itl_ms, 4),
         acceptance_length=None if al is None else round(max(al, 1.0), 4),
         samples=stats.samples,
+        verified_tokens=None if verified is None else round(max(verified, 1.0), 4),
+        context_tokens=None if context is None else round(context, 1),
+        drafting_rate=None if rate is None else round(rate, 4),
     )
+
+
+def baseline_row(stats: CellStats) -> Baseline:
+    """One plain-decoding row from one baseline cell."""
+    context = stats.context_per_sequence()
+    return Baseline(
+        batch_size=stats.batch_size,
+        itl_ms=round(stats.itl_ms, 4),
+        samples=stats.samples,
+        context_tokens=None if context is None else round(context, 1),
+    )
+
+
+def acceptance(counts: DraftCounts, survival: Sequence[float], positions: int) -> Acceptance:
+    """The pooled acceptance of positions 1..``positions``, with its counts.
+
+    A position never reached has no evidence: its a_i is 0.0 (no reason to
+    draft it) and its drafting rate carries the last known one.
+    ``survival`` is ``grid.proposal_survival``.
+    """
+    n = positions
+    reached, proposed, accepted = counts.reached[:n], counts.proposed[:n], counts.accepted[:n]
+    return Acceptance(
+        per_position=tuple(_ratio(accepted, reached, 0.0)),
+        samples=reached[0] if reached else 0,
+        drafting_rate=tuple(_ratio(proposed, reached, 1.0)),
+        proposal_survival=tuple(round(min(max(x, 0.0), 1.0), 4) for x in survival[:n]),
+        reached=tuple(reached),
+        proposed=tuple(proposed),
+        accepted=tuple(accepted),
+    )
+
+
+def _ratio(num: Sequence[int], den: Sequence[int], first: float) -> list[float]:
+    """num/den per position, rounded; where den is 0 the previous value (``first`` at 1)."""
+    out: list[float] = []
+    for n, d in zip(num, den, strict=True):
+        out.append(round(n / d, 4) if d else (out[-1] if out else first))
+    return out
 
 
 def provisional_spec(grid: Grid) -> ProfileSpec:
@@ -76,17 +130,60 @@ def build_profile(
     """
     if grid.top_k() < 1:
         raise ValueError("no speculative cell measured: a profile needs some K >= 1")
-    drafted, _ = grid.draft_counts()
-    rows = tuple(measurement(grid.cells[c]) for c in sorted(grid.cells))
+    return profile_from_cells(
+        grid.cells.values(),
+        grid.baselines.values(),
+        contexts=grid.contexts.values(),
+        fingerprint=fingerprint,
+        source=source,
+        dataset=dataset,
+        name=name,
+        namespace=namespace,
+        annotations=annotations,
+        max_batch_size=max_batch_size,
+    )
+
+
+def profile_from_cells(
+    cells: Iterable[CellStats],
+    baselines: Iterable[CellStats],
+    *,
+    contexts: Iterable[CellStats] = (),
+    fingerprint: Fingerprint,
+    source: Source,
+    dataset: str | None,
+    name: str | None = None,
+    namespace: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    max_batch_size: int | None = None,
+) -> SpeculationProfile:
+    """The validated profile of measured cells and baselines (``build_profile``'s work, for
+    callers without a grid: re-deriving from a raw file).
+
+    ``contexts``: cells at other contexts (the context axis), rows of their own beside
+    the ordinary cell of the same (batch size, K); they price context in the cost
+    model and stay out of the pooled acceptance (their prompts are not the serving mix).
+    """
+    stats = sorted(cells, key=lambda c: (c.batch_size, c.k))
+    floor = sorted(baselines, key=lambda c: c.batch_size)
+    top_k = max((c.k for c in stats), default=0)
+    if top_k < 1:
+        raise ValueError("no speculative cell measured: a profile needs some K >= 1")
+    rows = tuple(
+        sorted(
+            (measurement(c) for c in [*stats, *contexts]),
+            key=lambda m: (m.batch_size, m.k, m.context_tokens or 0.0),
+        )
+    )
     spec = ProfileSpec(
         fingerprint=fingerprint,
         source=source,
         dataset=dataset,
         measurements=rows,
-        acceptance=Acceptance(
-            per_position=tuple(round(r, 4) for r in grid.per_position(grid.top_k())),
-            samples=drafted[0],
+        acceptance=acceptance(
+            pooled_counts(stats, fingerprint.max_k), proposal_survival(stats, top_k), top_k
         ),
+        baseline=tuple(baseline_row(b) for b in floor),
     )
     doc = SpeculationProfile(
         metadata=Metadata(

@@ -4,7 +4,14 @@ Both searches drive the backend through ``Grid.measure``, which repeats a
 cell until ``Sampling`` says it is stable, never measures a cell twice, and
 tells the progress observer. Acceptance is pooled over every cell: it
 depends on the workload, not on the batch size (DESIGN.md, "The math"), so
-every cell's conditional draft counts sharpen the same per-position rates.
+every cell's counts sharpen the same per-position rates: a_i =
+accepted/reached (a position the drafter did not propose counts as
+reached and rejected), the drafting rate q_i = proposed/reached, and the
+proposal survival s_i = offered/scheduled that prices verified tokens
+(``pooled_counts``).
+
+``Grid.measure_baseline`` measures plain decoding (no speculation
+configured) at a batch size, where the backend can (``MeasuresBaseline``).
 
 An out-of-memory failure above the smallest batch size is not fatal: that
 batch size does not fit, so neither does any larger one (``BatchTooLarge``
@@ -13,11 +20,16 @@ lets the search drop them). At the smallest batch size it is: nothing fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from specdeploy.runtime.goodput import acceptance_lengths
-from specdeploy.runtime.profiler.backend import CellSample, ProfilerBackend
+from specdeploy.runtime.goodput import DraftCounts, acceptance_lengths
+from specdeploy.runtime.profiler.backend import (
+    CellSample,
+    MeasuresBaseline,
+    MeasuresContext,
+    ProfilerBackend,
+)
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.sampling import CellStats, Sampling
 
@@ -39,7 +51,7 @@ class Observer(Protocol):
 
     def cell_started(self, batch_size: int, k: int) -> None: ...
 
-    def cell_done(self, stats: CellStats, *, done: int, planned: int) -> None: ...
+    def cell_done(self, stats: CellStats, *, done: int, planned: int, what: str = "") -> None: ...
 
 
 class Grid:
@@ -65,6 +77,11 @@ class Grid:
         self.calls = 0
         self.log: list[str] = []
         self.dropped_from: int | None = None
+        self.baselines: dict[int, CellStats] = {}
+        """Plain decoding per batch size (``measure_baseline``)."""
+        self.contexts: dict[tuple[int, int, int], CellStats] = {}
+        """Cells at other contexts, keyed (batch size, K, prompt tokens): the cost model's
+        context axis (``measure_at_context``)."""
 
     # --- measuring ---------------------------------------------------------
 
@@ -90,15 +107,66 @@ class Grid:
         ):
             stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats)))
         self.cells[(batch_size, k)] = stats
-        self.planned = max(self.planned, len(self.cells))
-        if self.observer is not None:
-            self.observer.cell_done(stats, done=len(self.cells), planned=self.planned)
+        self._report(stats)
         return stats
+
+    def measured_count(self) -> int:
+        """Every measurement so far: cells, baselines and context cells."""
+        return len(self.cells) + len(self.baselines) + len(self.contexts)
+
+    def plan_more(self, count: int) -> None:
+        """Tell progress that ``count`` more measurements follow (baselines, contexts)."""
+        self.planned = max(self.planned, self.measured_count()) + count
+
+    def _report(self, stats: CellStats, what: str = "") -> None:
+        self.planned = max(self.planned, self.measured_count())
+        if self.observer is not None:
+            self.observer.cell_done(
+                stats, done=self.measured_count(), planned=self.planned, what=what
+            )
 
     def repeat(self, batch_size: int, k: int, rel_ci: float) -> CellStats:
         """One more repeat of a measured cell, sized to reach ``rel_ci`` (a close call)."""
         stats = self.cells[(batch_size, k)]
         stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats, rel_ci)))
+        return stats
+
+    def measure_baseline(self, batch_size: int) -> CellStats | None:
+        """Plain decoding at ``batch_size``, repeated to stability; None when the backend
+        cannot run it. Measured once per batch size, like a cell."""
+        known = self.baselines.get(batch_size)
+        if known is not None:
+            return known
+        backend = self.backend
+        if not isinstance(backend, MeasuresBaseline):
+            return None
+        stats = CellStats(batch_size, 0)
+        while not stats.stable(self.sampling):
+            steps = self.sampling.steps_for(stats)
+            stats.add(backend.measure_baseline(batch_size, steps))
+            self.calls += 1
+        self.baselines[batch_size] = stats
+        self._report(stats, "plain decoding")
+        return stats
+
+    def measure_at_context(self, batch_size: int, k: int, prompt_tokens: int) -> CellStats | None:
+        """A cell at a ``prompt_tokens`` context, repeated to stability; None when the
+        backend cannot set the context. These cells price context only: the pooled
+        acceptance and the search's choices come from the ordinary cells."""
+        key = (batch_size, k, prompt_tokens)
+        known = self.contexts.get(key)
+        if known is not None:
+            return known
+        backend = self.backend
+        if not isinstance(backend, MeasuresContext):
+            return None
+        stats = CellStats(batch_size, k)
+        while not stats.stable(self.sampling):
+            steps = self.sampling.steps_for(stats)
+            stats.add(backend.measure_at_context(batch_size, k, steps, prompt_tokens))
+            self.calls += 1
+        self.contexts[key] = stats
+        self._report(stats, f"K={k} at {prompt_tokens}-token prompts")
         return stats
 
     def goodput_bounds(self, batch_size: int, k: int) -> tuple[float, float]:
@@ -154,17 +222,16 @@ class Grid:
         return max((k for _, k in self.cells), default=0)
 
     def draft_counts(self) -> tuple[list[int], list[int]]:
-        """Pooled conditional (drafted, accepted) per position, 1..maxK."""
-        drafted = [0] * self.max_k
-        accepted = [0] * self.max_k
-        for stats in self.cells.values():
-            for i in range(min(self.max_k, len(stats.drafted))):
-                drafted[i] += stats.drafted[i]
-                accepted[i] += stats.accepted[i] if i < len(stats.accepted) else 0
-        return drafted, accepted
+        """Pooled (reached, accepted) per position, 1..maxK."""
+        counts = pooled_counts(self.cells.values(), self.max_k)
+        return counts.reached, counts.accepted
+
+    def counts(self) -> DraftCounts:
+        """Every pooled count per position, 1..maxK (``pooled_counts``)."""
+        return pooled_counts(self.cells.values(), self.max_k)
 
     def per_position(self, positions: int | None = None) -> list[float]:
-        """Conditional acceptance per position from pooled counts.
+        """Conditional acceptance per position from pooled counts (missing drafts rejected).
 
         A position never drafted counts as 0.0: no evidence of acceptance is
         no reason to draft it.
@@ -190,8 +257,69 @@ class Grid:
         return max(ks, key=lambda k: (scores[k], -k))
 
     def measured_seconds(self) -> float:
-        """Engine seconds in counted steps over all cells (warm-up excluded)."""
-        return sum(s.measured_seconds for s in self.cells.values())
+        """Engine seconds in counted steps over all cells and baselines (warm-up excluded)."""
+        cells = sum(s.measured_seconds for s in self.cells.values())
+        return cells + sum(s.measured_seconds for s in self.baselines.values())
+
+
+def pooled_counts(cells: Iterable[CellStats], positions: int) -> DraftCounts:
+    """Per-position counts summed over cells, positions 1..``positions``.
+
+    A cell measured by a backend that records only reached and accepted
+    (every position it reached was proposed, as EAGLE and draft models do)
+    counts proposed = reached, and its K positions as scheduled, and
+    offered, by each of its sequence-steps.
+    """
+    out = DraftCounts(*([0] * positions for _ in range(5)))
+    for stats in cells:
+        n = min(positions, stats.k)
+        reached = stats.drafted
+        proposed = reached if stats.proposed is None else stats.proposed
+        scheduled = stats.scheduled
+        offered = stats.offered
+        for i in range(n):
+            out.reached[i] += _at(reached, i)
+            out.proposed[i] += _at(proposed, i)
+            out.accepted[i] += _at(stats.accepted, i)
+            slots = stats.seq_steps if scheduled is None else _at(scheduled, i)
+            out.scheduled[i] += slots
+            out.offered[i] += slots if offered is None else _at(offered, i)
+    return out
+
+
+def proposal_survival(cells: Iterable[CellStats], positions: int) -> list[float]:
+    """s_i = P(proposal length >= i), pooled over cells of different K: a product-limit estimate.
+
+    A cell at K only shows proposals up to K (longer ones are cut at K), so
+    summing offered/scheduled over cells mixes populations and can even
+    rise with i. Instead s_1 pools every K >= 1 cell, and each further
+    factor P(L >= i | L >= i-1) pools the cells with K >= i only. A cell
+    that does not record offers proposes all K (factor 1). Where no cell
+    reaches position i the last value is carried.
+    """
+    stats = list(cells)
+    out: list[float] = []
+    s = 1.0
+    for i in range(positions):
+        num = den = 0
+        for c in stats:
+            if c.k <= i:
+                continue
+            slots = c.seq_steps if c.scheduled is None else _at(c.scheduled, 0)
+            offered = c.offered
+            num += slots if offered is None else _at(offered, i)
+            if i == 0:
+                den += slots
+            else:
+                den += slots if offered is None else _at(offered, i - 1)
+        if den:
+            s *= num / den
+        out.append(s)
+    return out
+
+
+def _at(values: list[int], i: int) -> int:
+    return values[i] if i < len(values) else 0
 
 
 Strategy = Callable[[Grid, list[int]], None]

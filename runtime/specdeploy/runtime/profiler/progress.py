@@ -57,14 +57,14 @@ class Progress:
         if self.interactive:
             self._draw()
 
-    def cell_done(self, stats: CellStats, *, done: int, planned: int) -> None:
+    def cell_done(self, stats: CellStats, *, done: int, planned: int, what: str = "") -> None:
         self.done, self.planned = done, max(planned, done)
         now = self.clock()
         if self.interactive:
             self._draw()
         elif self.last_line is None or now - self.last_line >= self.interval_s:
             self.last_line = now
-            self.stream.write(self._log_line(stats, now) + "\n")
+            self.stream.write(self._log_line(stats, now, what) + "\n")
             self.stream.flush()
 
     def finish(self, summary: str) -> None:
@@ -83,11 +83,12 @@ class Progress:
         eta = self.eta(now)
         return "eta ?" if eta is None else f"eta ~{duration(eta)}"
 
-    def _log_line(self, stats: CellStats, now: float) -> str:
+    def _log_line(self, stats: CellStats, now: float, what: str = "") -> str:
         rel = stats.relative_half_width() * 100
+        cell = f"bs={stats.batch_size} " + (what or f"K={stats.k}")
         return (
             f"{self.prefix}: {self.done}/~{self.planned} cells, "
-            f"bs={stats.batch_size} K={stats.k} ITL {stats.itl_ms:.3f} ms "
+            f"{cell} ITL {stats.itl_ms:.3f} ms "
             f"±{rel:.1f}% ({stats.samples} steps, {stats.repeats} repeats), "
             f"elapsed {duration(now - self.started)}, {self._eta_text(now)}"
         )

@@ -36,8 +36,13 @@ from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, ExitCod
 from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE
 from specdeploy.runtime.profiler.progress import Progress, duration
-from specdeploy.runtime.profiler.sampling import Sampling
-from specdeploy.runtime.profiler.search import SearchMode, run_search
+from specdeploy.runtime.profiler.sampling import CellStats, Sampling
+from specdeploy.runtime.profiler.search import (
+    SearchMode,
+    measure_baselines,
+    measure_contexts,
+    run_search,
+)
 from specdeploy.runtime.profiler.termination import write_termination_message
 from specdeploy.runtime.profiler.writer import ApiWriter, FileWriter, ProfileWriter
 from specdeploy.runtime.schedule import format_schedule
@@ -79,6 +84,12 @@ class ProfileOptions:
     gpu_type: str | None = None
     """sim: model this GPU (its ``nvidia.com/gpu.product``) instead of the preset's."""
     engine: EngineOptions | None = None
+    baseline: bool = True
+    """Also measure plain decoding per batch size, where the backend can (``MeasuresBaseline``;
+    the vllm backend starts a second engine for it)."""
+    context_axis: bool = True
+    """Also measure a few cells at other contexts, where the backend can (``MeasuresContext``),
+    so the step-cost model can price context (``search.measure_contexts``)."""
     output: OutputOptions = field(default_factory=OutputOptions)
     termination_log: Path | None = None
     progress_interval_s: float = 10.0
@@ -211,6 +222,10 @@ def profile(
         observer=observer,
     )
     sizes = run_search(grid, options.search, options.batch_sizes)
+    if options.context_axis:
+        measure_contexts(grid, sizes)
+    if options.baseline:
+        measure_baselines(grid, sizes)
     annotations = {SEARCH_ANNOTATION: options.search.value}
     if options.backend == "sim" and options.preset:
         annotations[PRESET_ANNOTATION] = options.preset
@@ -234,12 +249,21 @@ def _recorded_dataset(options: ProfileOptions, backend: ProfilerBackend) -> str:
     return dataset_label(options.dataset or "mt-bench")
 
 
+RAW_COUNTS = "reached"
+"""The raw file's count definition: ``reached`` (a missing draft counted as reached and
+rejected, ``goodput.reached_counts``). Files without it predate it (``rederive``)."""
+
+
 def raw_document(options: ProfileOptions, outcome: Outcome) -> dict[str, Any]:
     """Every cell's samples and the search's decisions, for review and re-derivation."""
     grid = outcome.grid
+    spec = outcome.profile.spec
     return {
         "profile": outcome.profile.metadata.name,
-        "source": outcome.profile.spec.source.value,
+        "source": spec.source.value,
+        "counts": RAW_COUNTS,
+        "fingerprint": spec.fingerprint.model_dump(mode="json", by_alias=True),
+        "dataset": spec.dataset,
         "backend": options.backend,
         "search": options.search.value,
         "sampling": dataclasses.asdict(options.sampling),
@@ -248,21 +272,38 @@ def raw_document(options: ProfileOptions, outcome: Outcome) -> dict[str, Any]:
         "runs": grid.calls,
         "measuredSeconds": grid.measured_seconds(),
         "wallSeconds": outcome.wall_seconds,
-        "cells": [
-            {
-                "batchSize": s.batch_size,
-                "k": s.k,
-                "itlMs": s.itl_ms,
-                "halfWidthMs": s.half_width() * 1e3,
-                "repeats": s.repeats,
-                "stepSeconds": s.step_seconds,
-                "drafted": s.drafted,
-                "accepted": s.accepted,
-            }
-            for _, s in sorted(grid.cells.items())
+        "cells": [raw_cell(s) for _, s in sorted(grid.cells.items())],
+        "baseline": [raw_cell(s) for _, s in sorted(grid.baselines.items())],
+        "contexts": [
+            {**raw_cell(s), "promptTokens": prompt}
+            for (_, _, prompt), s in sorted(grid.contexts.items())
         ],
         "log": grid.log,
         "engineRuns": [{to_camel(k): v for k, v in run.items()} for run in outcome.engine_runs],
+    }
+
+
+def raw_cell(s: CellStats) -> dict[str, Any]:
+    """One cell in the raw file: its samples, counts and totals, and the figures they give."""
+    return {
+        "batchSize": s.batch_size,
+        "k": s.k,
+        "itlMs": s.itl_ms,
+        "halfWidthMs": s.half_width() * 1e3,
+        "repeats": s.repeats,
+        "repeatMeans": s.repeat_means,
+        "stepSeconds": s.step_seconds,
+        "reached": s.drafted,
+        "proposed": s.proposed,
+        "accepted": s.accepted,
+        "offered": s.offered,
+        "scheduled": s.scheduled,
+        "sequenceSteps": s.sequence_steps,
+        "verifiedTokens": s.verified_tokens,
+        "contextTokens": s.context_tokens,
+        "draftingRate": s.drafting_rate(),
+        "verifiedPerSequence": s.verified_per_sequence(),
+        "acceptanceLength": s.acceptance_length(),
     }
 
 

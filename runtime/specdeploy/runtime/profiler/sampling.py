@@ -59,7 +59,12 @@ class Sampling:
 
 @dataclass
 class CellStats:
-    """Everything measured for one cell so far (all repeats pooled)."""
+    """Everything measured for one cell so far (all repeats pooled).
+
+    ``drafted`` counts positions *reached* (``backend.CellSample``). The
+    optional counts and totals stay None unless every repeat carried them:
+    a pooled figure from some repeats only would mix two populations.
+    """
 
     batch_size: int
     k: int
@@ -67,6 +72,12 @@ class CellStats:
     repeat_means: list[float] = field(default_factory=list)
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    proposed: list[int] | None = None
+    offered: list[int] | None = None
+    scheduled: list[int] | None = None
+    sequence_steps: int | None = None
+    verified_tokens: int | None = None
+    context_tokens: int | None = None
 
     def add(self, sample: CellSample) -> None:
         """Pool one repeat; positions beyond the current length extend the counts."""
@@ -86,8 +97,21 @@ class CellStats:
             raise ValueError(
                 f"cell ({self.batch_size}, {self.k}): accepted exceeds drafted at some position"
             )
+        first = self.repeats == 1
+        if sample.proposed is not None and any(
+            p > d for p, d in zip(sample.proposed, sample.drafted, strict=False)
+        ):
+            raise ValueError(
+                f"cell ({self.batch_size}, {self.k}): proposed exceeds reached at some position"
+            )
         _add_counts(self.drafted, sample.drafted)
         _add_counts(self.accepted, sample.accepted)
+        self.proposed = _pooled_counts(self.proposed, sample.proposed, first)
+        self.offered = _pooled_counts(self.offered, sample.offered, first)
+        self.scheduled = _pooled_counts(self.scheduled, sample.scheduled, first)
+        self.sequence_steps = _pooled_total(self.sequence_steps, sample.sequence_steps, first)
+        self.verified_tokens = _pooled_total(self.verified_tokens, sample.verified_tokens, first)
+        self.context_tokens = _pooled_total(self.context_tokens, sample.context_tokens, first)
 
     @property
     def repeats(self) -> int:
@@ -138,11 +162,44 @@ class CellStats:
         needed = math.ceil((z * sd / (rel_ci * self.mean_seconds)) ** 2)
         return max(0, needed - n)
 
+    @property
+    def seq_steps(self) -> int:
+        """Sequence-steps measured: the backend's count; else those that reached position
+        1 (every sequence-step of a K >= 1 cell does, so the counts' own population);
+        else batch size x steps (every kept step decodes the whole batch)."""
+        if self.sequence_steps is not None:
+            return self.sequence_steps
+        if self.k and self.drafted:
+            return self.drafted[0]
+        return self.batch_size * self.samples
+
     def acceptance_length(self) -> float | None:
-        """Tokens per sequence per step observed in this cell (None at K=0 or no drafts)."""
-        if self.k == 0 or not self.drafted or self.drafted[0] == 0:
+        """Tokens per sequence per step observed in this cell (None at K=0 or no steps).
+
+        A sequence-step that proposed nothing produced one token: this is the
+        realized figure, the one meaning of ``acceptanceLength``.
+        """
+        if self.k == 0 or not self.seq_steps:
             return None
-        return 1.0 + sum(self.accepted[: self.k]) / self.drafted[0]
+        return 1.0 + sum(self.accepted[: self.k]) / self.seq_steps
+
+    def verified_per_sequence(self) -> float | None:
+        """Mean tokens a sequence verified per step (1 + proposal length), when recorded."""
+        if self.verified_tokens is None or not self.seq_steps:
+            return None
+        return self.verified_tokens / self.seq_steps
+
+    def context_per_sequence(self) -> float | None:
+        """Mean context (KV entries) a sequence read per step, when recorded."""
+        if self.context_tokens is None or not self.seq_steps:
+            return None
+        return self.context_tokens / self.seq_steps
+
+    def drafting_rate(self) -> float | None:
+        """Share of sequence-steps with a draft at position 1 (None at K=0 or unrecorded)."""
+        if self.k == 0 or self.proposed is None or not self.drafted or not self.drafted[0]:
+            return None
+        return self.proposed[0] / self.drafted[0]
 
     def stable(self, rule: Sampling) -> bool:
         """Whether the rule says to stop repeating this cell."""
@@ -151,6 +208,24 @@ class CellStats:
         if self.repeats >= rule.max_repeats:
             return True
         return self.relative_half_width(rule.z) <= rule.rel_ci
+
+
+def _pooled_counts(
+    total: list[int] | None, more: Sequence[int] | None, first: bool
+) -> list[int] | None:
+    """Per-position counts summed over repeats; None once a repeat lacked them."""
+    if more is None or (total is None and not first):
+        return None
+    pooled = [] if total is None else total
+    _add_counts(pooled, more)
+    return pooled
+
+
+def _pooled_total(total: int | None, more: int | None, first: bool) -> int | None:
+    """A total summed over repeats; None once a repeat lacked it."""
+    if more is None or (total is None and not first):
+        return None
+    return int(more) + (0 if total is None else total)
 
 
 def _add_counts(total: list[int], more: Sequence[int]) -> None:

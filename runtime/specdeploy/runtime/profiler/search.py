@@ -35,17 +35,22 @@ The smart search measures what can change that answer:
   cost is in repeats, not in cells.
 
 K=0 is measured at every batch size the table covers: the profile requires
-it (the never-slower baseline).
+it. After the search, ``measure_baselines`` asks a backend that can
+(``backend.MeasuresBaseline``) for plain decoding at every batch size that
+fit: K=0 with speculation configured still pays for the drafter and the
+table, so only that measurement says whether turning speculation off wins.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
+from specdeploy.runtime.profiler.backend import MeasuresBaseline, MeasuresContext
 from specdeploy.runtime.profiler.document import provisional_spec
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.grid import BatchTooLarge, Grid, Strategy
 from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
 
@@ -296,6 +301,76 @@ STRATEGIES: dict[SearchMode, Strategy] = {
     SearchMode.EXHAUSTIVE: exhaustive,
     SearchMode.SMART: smart,
 }
+
+
+def measure_baselines(grid: Grid, sizes: Iterable[int]) -> list[int]:
+    """Plain decoding at each of ``sizes`` where the backend can run it; the sizes measured.
+
+    Asked after the search because a backend may release its speculative
+    engine to start a plain one. An out-of-memory failure drops that size
+    and every larger one (plain decoding needs less memory than what fit,
+    so it means the machine changed), noted in the grid's log.
+    """
+    measured: list[int] = []
+    ordered = sorted(set(sizes))
+    if isinstance(grid.backend, MeasuresBaseline):
+        grid.plan_more(len(ordered))
+    for bs in ordered:
+        try:
+            if grid.measure_baseline(bs) is None:
+                grid.note("the backend measures no plain-decoding baseline")
+                return measured
+        except DeterministicFailure as err:
+            if not is_out_of_memory(err):
+                raise
+            grid.note(
+                f"baseline at batch size {bs} does not fit: {err.reason}; larger ones skipped"
+            )
+            return measured
+        measured.append(bs)
+    return measured
+
+
+CONTEXT_FACTORS = (0.25, 4.0)
+"""Contexts of the context axis, as multiples of the backend's ordinary prompt: with the
+ordinary cells that is three contexts 16x apart, well past the cost model's minimum spread
+(``cost.MIN_CONTEXT_SPREAD``)."""
+
+
+def measure_contexts(
+    grid: Grid, sizes: Iterable[int], factors: Sequence[float] = CONTEXT_FACTORS
+) -> list[tuple[int, int, int]]:
+    """The context axis: the best K of the smallest, middle and largest batch size at
+    ``factors`` times the ordinary prompt length; the (batch size, K, prompt) measured.
+
+    A context that does not fit (out of memory) is skipped and noted; a backend
+    that cannot set the context measures none (noted).
+    """
+    backend = grid.backend
+    if not isinstance(backend, MeasuresContext):
+        grid.note("the backend cannot set a cell's context: no context axis")
+        return []
+    fitted = sorted(bs for bs in set(sizes) if grid.measured_ks(bs))
+    if not fitted:
+        return []
+    base = backend.default_prompt_tokens()
+    picks = sorted({fitted[0], fitted[len(fitted) // 2], fitted[-1]})
+    grid.plan_more(len(picks) * len(factors))
+    measured: list[tuple[int, int, int]] = []
+    for bs in picks:
+        k = grid.best_k(bs)
+        for factor in factors:
+            prompt = max(16, round(base * factor))
+            try:
+                grid.measure_at_context(bs, k, prompt)
+            except DeterministicFailure as err:
+                if not is_out_of_memory(err):
+                    raise
+                grid.note(f"context {prompt} at batch size {bs} does not fit: {err.reason}")
+                continue
+            measured.append((bs, k, prompt))
+    grid.note("context axis: " + ", ".join(f"bs {b} K={k} at {p} tokens" for b, k, p in measured))
+    return measured
 
 
 def run_search(grid: Grid, mode: SearchMode, sizes: Iterable[int]) -> list[int]:

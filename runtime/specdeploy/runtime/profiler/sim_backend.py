@@ -2,9 +2,21 @@
 
 Each ``measure`` call runs ``profile_cell`` (runtime/sim/profiling.py), the
 same fixed-size-batch experiment the simulator's own profiler runs: a
-closed loop of ``batch_size`` long requests, prefill steps skipped, the
-pure decode steps returned. Every call uses a fresh seed, so repeats draw
-fresh acceptance.
+closed loop of ``batch_size`` long requests with a K table set (as the
+``vllm`` backend sets one), prefill steps skipped, the pure decode steps
+returned. Every call uses a fresh seed, so repeats draw fresh acceptance.
+
+Besides the step times it returns what the add-on would count on those
+steps (``CellSample``'s optional fields): per position the reached,
+proposed, accepted, offered and scheduled counts (a position a lookup
+drafter did not propose counts as reached and rejected), and the totals of
+decoding sequence-steps, verified tokens (1 + proposal length each) and
+context tokens, which the step-cost model (``cost.py``) is fitted from.
+``measure(..., prompt_tokens=P)`` and ``measure_at_context`` start the
+cell's sequences at a P-token context, so the profiler can walk a context
+axis (``search.measure_contexts``). ``measure_baseline`` runs the
+same cell with no speculation configured (no drafter, no table), the
+plain-decoding floor the operator judges speculation against.
 
 The simulator's step time is deterministic; a real engine's is not (kernel
 launches, host scheduling, clocks). The backend multiplies each step by
@@ -51,8 +63,35 @@ class SimBackend:
     def fingerprint(self) -> Fingerprint:
         return self.preset.fingerprint()
 
-    def measure(self, batch_size: int, k: int, steps: int) -> CellSample:
+    def measure(
+        self, batch_size: int, k: int, steps: int, *, prompt_tokens: int | None = None
+    ) -> CellSample:
         """``steps`` pure decode steps of ``batch_size`` sequences at K=k."""
+        return self._run(batch_size, k, steps, prompt_tokens=prompt_tokens, speculative=True)
+
+    def default_prompt_tokens(self) -> int:
+        """The preset's mean prompt (``profile_cell``'s default context)."""
+        return max(1, round(self.preset.workload.prompt.mean))
+
+    def measure_at_context(
+        self, batch_size: int, k: int, steps: int, prompt_tokens: int
+    ) -> CellSample:
+        """``measure`` at a ``prompt_tokens``-token context (``MeasuresContext``)."""
+        return self._run(batch_size, k, steps, prompt_tokens=prompt_tokens, speculative=True)
+
+    def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
+        """``steps`` pure decode steps with no speculation configured (``MeasuresBaseline``)."""
+        return self._run(batch_size, 0, steps, prompt_tokens=None, speculative=False)
+
+    def _run(
+        self,
+        batch_size: int,
+        k: int,
+        steps: int,
+        *,
+        prompt_tokens: int | None,
+        speculative: bool,
+    ) -> CellSample:
         if batch_size > self.preset.max_batch_size:
             raise out_of_memory(
                 f"batch size {batch_size} exceeds what {self.preset.name} fits "
@@ -60,27 +99,41 @@ class SimBackend:
             )
         self._calls += 1
         cell = profile_cell(
-            self.preset, batch_size, k, steps=steps, seed=self.seed * 1_000_003 + self._calls
+            self.preset,
+            batch_size,
+            k,
+            steps=steps,
+            seed=self.seed * 1_000_003 + self._calls,
+            prompt=prompt_tokens or 0,
+            speculative=speculative,
         )
-        result = cell.result
-        assert result.trace is not None  # profile_cell always traces
-        pure = np.flatnonzero(
-            (result.trace.prefill_tokens == 0) & (result.trace.decode_seqs == batch_size)
-        )[:steps]
-        clean = result.trace.seconds[pure]
+        trace = cell.result.trace
+        assert trace is not None  # profile_cell always traces
+        pure = np.flatnonzero((trace.prefill_tokens == 0) & (trace.decode_seqs == batch_size))
+        pure = pure[:steps]
+        clean = trace.seconds[pure]
         seconds = clean
         if self.jitter > 0:
             seconds = clean * self._noise.lognormal(0.0, self.jitter, clean.size)
         # The run ends with its last measured step: warm-up and prefill before
         # it count, the simulator's spare steps after it do not.
-        before = float(result.trace.seconds[: pure[-1] + 1].sum()) if pure.size else 0.0
+        before = float(trace.seconds[: pure[-1] + 1].sum()) if pure.size else 0.0
         self.spent_seconds += before + float(seconds.sum() - clean.sum())
+        reached, proposed, accepted, offered, scheduled = (
+            tuple(int(x) for x in row[:k]) for row in cell.counts
+        )
         return CellSample(
             batch_size=batch_size,
             k=k,
             step_seconds=tuple(float(s) for s in seconds),
-            drafted=tuple(int(d) for d in result.drafted[:k]),
-            accepted=tuple(int(a) for a in result.accepted[:k]),
+            drafted=reached,
+            accepted=accepted,
+            proposed=proposed,
+            offered=offered,
+            scheduled=scheduled,
+            sequence_steps=cell.sequence_steps,
+            verified_tokens=cell.verified_tokens,
+            context_tokens=cell.context_tokens,
         )
 
     def close(self) -> None:

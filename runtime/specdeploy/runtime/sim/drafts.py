@@ -8,7 +8,10 @@
   256k vocabulary that is most of the head's bytes); EAGLE-3 has a 32k draft
   vocabulary and fuses three feature layers.
 - Draft model: a small LM of the same family, K sequential passes likewise.
-- N-gram: prompt lookup on the CPU, cost proportional to the batch.
+- N-gram: prompt lookup on the CPU, cost proportional to the batch. It
+  proposes only where the context repeats (``proposals.LookupProposals``):
+  the lookup runs for every sequence, the target verifies only what was
+  proposed.
 
 With speculation configured and K=0 the drafter is not free (REFERENCE.md:
 vLLM's drafter still runs a synchronous forward to keep its state): model
@@ -28,6 +31,7 @@ from specdeploy.runtime.sim.acceptance import (
     AcceptanceModel,
 )
 from specdeploy.runtime.sim.models import LLAMA_1B, TransformerModel
+from specdeploy.runtime.sim.proposals import ALWAYS_FULL, CHAT_LOOKUP, ProposalModel
 from specdeploy.runtime.sim.roofline import Roofline
 
 
@@ -46,7 +50,12 @@ class Drafter(Protocol):
 
     @property
     def acceptance(self) -> AcceptanceModel:
-        """The acceptance this method typically gets (a default, not a measurement)."""
+        """The acceptance this method typically gets, given a proposal (a default)."""
+        ...
+
+    @property
+    def proposals(self) -> ProposalModel:
+        """How often and how long it proposes on its usual workload (a default)."""
         ...
 
     def draft_seconds(
@@ -96,6 +105,8 @@ class ModelDrafter:
     """Per draft pass: input preparation, launch and greedy sampling on the host side."""
     runs_at_k0: bool = True
     """The drafter's synchronous forward at K=0 (vLLM 0.32 behaviour)."""
+    proposals: ProposalModel = field(default=ALWAYS_FULL)
+    """A model drafter always proposes K."""
 
     def draft_seconds(
         self, roof: Roofline, seqs: int, k: int, verified_tokens: float, context_tokens: float
@@ -119,6 +130,7 @@ class NgramDrafter:
     """Prompt lookup on the CPU: a fixed cost plus a suffix search per sequence."""
 
     acceptance: AcceptanceModel = field(default=NGRAM_CHAT)
+    proposals: ProposalModel = field(default=CHAT_LOOKUP)
     method: str = "ngram"
     name: str | None = None
     fixed_s: float = 100e-6

@@ -2,53 +2,68 @@
 
 Each step, as vLLM V1 does it:
 
-1. Waiting requests take free slots (up to the max batch size; in a closed
-   loop, up to the concurrency). Prompts are prefilled in chunks under a
-   token budget that reserves maxK + 1 tokens per decoding sequence.
+1. Arrivals up to now join the queue (open loops draw their arrival times
+   ahead, from the seed alone: ``workload.ArrivalPlan``). Waiting requests
+   take free slots (up to the max batch size; in a closed loop, up to the
+   concurrency). Prompts are prefilled in chunks under a token budget that
+   reserves maxK + 1 tokens per decoding sequence.
 2. The batch size is the number of scheduled sequences, prefills included
    (vLLM indexes ``dynamic_sd_lookup`` by ``len(num_scheduled_tokens)``);
    the policy's ``choose_k(batch_size)`` picks K for the whole batch.
-3. The step costs what the cost model says for its verified and prefill
-   tokens and the KV it reads.
-4. Each decoding sequence draws one uniform; its accepted count is the
-   largest n <= K with S_n > u (``acceptance.py``); it gains n + 1 tokens
-   (capped by what it still has to say). A prefill that completes samples
-   its first token.
-5. Finished requests leave; ``observe(...)`` gets the step time and the
-   per-position drafted/accepted counts with conditional denominators.
+3. Each decoding sequence gets a proposal of L <= K drafts (always K for
+   model drafters; lookup drafters often fewer or none: ``proposals.py``) and
+   draws one uniform; its accepted count is the largest n <= L with S_n > u
+   (``acceptance.py``); it gains n + 1 tokens (capped by what it still has to
+   say). A prefill that completes samples its first token.
+4. The step costs what the cost model says for the tokens it verifies
+   (1 + L per decoding sequence) and prefills and the KV it reads; a pod with
+   a K table pays piecewise graphs, a change of K pays the switch.
+5. Finished requests leave; ``observe`` gets what the vLLM add-on reads off
+   vLLM: the reached/proposed/accepted counts per position
+   (``goodput.reached_counts``), the verified and context tokens, and the
+   step time only for a clean decode step (the add-on times no step that
+   carries a prefill, so neither does this).
 
-Uniforms are drawn for every slot every step so that two runs with the same
-seed see the same random stream whatever K they choose. Everything here is
+Uniforms are drawn for every slot every step, whatever K is chosen, so that
+two runs with the same seed see the same random stream. Everything here is
 modelled time, not wall time.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from specdeploy.runtime.policy.base import KPolicy
-from specdeploy.runtime.sim.acceptance import AcceptanceModel
+from specdeploy.runtime.goodput import DraftCounts
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
+from specdeploy.runtime.sim.acceptance import AcceptanceModel, ClassedSampler
 from specdeploy.runtime.sim.costs import StepCost
+from specdeploy.runtime.sim.counts import per_sequence_k_counts, uniform_k_counts
+from specdeploy.runtime.sim.proposals import ALWAYS_FULL, ProposalModel
+from specdeploy.runtime.sim.state import PerClassPolicy, StatePolicy, StepState
 from specdeploy.runtime.sim.workload import (
+    ArrivalPlan,
     ClosedLoop,
     OpenLoop,
     OscillatingLoop,
     RequestStream,
+    Rollout,
     Workload,
-    arrivals,
+    is_finite,
 )
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-IDLE_TICK_S = 0.005
-"""Open loop with nothing to run: time advances in ticks of this length."""
+MAX_IDLE_S = 86_400.0
+"""An open loop idle this long with no arrival in sight cannot reach its step count."""
+
+AnyPolicy = KPolicy | StatePolicy | PerClassPolicy
 
 
 @dataclass(frozen=True)
@@ -62,12 +77,18 @@ class EngineConfig:
     max_batched_tokens: int = 8192
     speculative: bool = True
     """False is vanilla serving: no drafter configured, K is always 0."""
+    proposals: ProposalModel = field(default=ALWAYS_FULL)
+    """How many drafts the drafter proposes (a workload property for lookup drafters)."""
+    piecewise_graphs: bool = False
+    """A K table is set (table and adaptive policies): vLLM runs piecewise CUDA graphs."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_k < 0:
             raise ValueError("max_batch_size must be >= 1 and max_k >= 0")
         if self.max_batched_tokens < self.max_batch_size * (self.max_k + 1):
             raise ValueError("max_batched_tokens must fit a full batch of maxK+1 tokens")
+        if self.piecewise_graphs and not self.speculative:
+            raise ValueError("piecewise_graphs: a K table needs speculation configured")
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,13 @@ class StepTrace:
     decode_seqs: IntArray
     prefill_tokens: IntArray
     accepted: IntArray
+    verified: IntArray
+    """Tokens the decoding sequences verified (1 + proposal length each)."""
+    context: IntArray
+    """KV tokens the decoding sequences read."""
+    counts: IntArray
+    """Shape (steps, 5, maxK): per step the reached, proposed, accepted, offered and
+    scheduled counts per position (``goodput.reached_counts``)."""
 
     def windowed_throughput(self, window_s: float) -> tuple[FloatArray, FloatArray]:
         """(window end times, tokens/s) over consecutive windows of simulated time."""
@@ -97,23 +125,57 @@ class StepTrace:
 
 
 @dataclass(frozen=True)
+class RequestLog:
+    """Arrival and finish time of each request completed in the counted steps."""
+
+    arrival: FloatArray
+    finish: FloatArray
+
+    @property
+    def latency(self) -> FloatArray:
+        out: FloatArray = self.finish - self.arrival
+        return out
+
+
+@dataclass(frozen=True)
 class SimResult:
-    """What a run produced, over the counted (post-warm-up) steps."""
+    """What a run produced, over the counted (post-warm-up) steps.
+
+    The per-position counts pool ``goodput.reached_counts`` over every
+    counted step, so a_i = accepted / reached, q_i = proposed / reached and
+    s_i = offered / scheduled, exactly as the add-on would report them.
+    """
 
     total_tokens: int
     sim_seconds: float
+    """Engine seconds: the counted steps' durations summed (idle time excluded)."""
     steps: int
     mean_k: float
     k_changes_per_1000_steps: float
     mean_batch_size: float
     completed_requests: int
     mean_latency_s: float
-    drafted: IntArray
-    """Per position: drafts verified whose earlier positions were all accepted."""
+    reached: IntArray
+    proposed: IntArray
     accepted: IntArray
+    offered: IntArray
+    scheduled: IntArray
     decode_seq_steps: int
     """Sum over steps of decoding sequences (denominator of observed AL)."""
+    verified_tokens: int
+    """Tokens the decoding sequences verified, summed over steps (1 + L each)."""
+    context_tokens: int
+    """KV tokens the decoding sequences read, summed over steps."""
+    end_time: float = 0.0
+    """The simulated clock when the run stopped (idle time included): a drain's makespan."""
     trace: StepTrace | None = None
+    requests: RequestLog | None = None
+    """Per completed request, when traced."""
+
+    @property
+    def drafted(self) -> IntArray:
+        """The reached counts (the profiler's ``CellSample.drafted``)."""
+        return self.reached
 
     @property
     def tokens_per_s(self) -> float:
@@ -124,10 +186,22 @@ class SimResult:
         return self.sim_seconds / self.steps if self.steps else 0.0
 
     def acceptance_per_position(self) -> FloatArray:
-        """Observed conditional acceptance (NaN where nothing was drafted)."""
-        d = self.drafted.astype(np.float64)
-        out: FloatArray = np.divide(self.accepted, d, out=np.full(d.shape, np.nan), where=d > 0)
-        return out
+        """Observed a_i = accepted / reached (NaN where nothing was reached)."""
+        return _ratio(self.accepted, self.reached)
+
+    def drafting_rate(self) -> FloatArray:
+        """Observed q_i = proposed / reached (NaN where nothing was reached)."""
+        return _ratio(self.proposed, self.reached)
+
+    def proposal_survival(self) -> FloatArray:
+        """Observed s_i = offered / scheduled = P(proposal length >= i)."""
+        return _ratio(self.offered, self.scheduled)
+
+
+def _ratio(num: IntArray, den: IntArray) -> FloatArray:
+    d = den.astype(np.float64)
+    out: FloatArray = np.divide(num, d, out=np.full(d.shape, np.nan), where=d > 0)
+    return out
 
 
 class _Batch(NamedTuple):
@@ -161,14 +235,18 @@ class _Slots:
         self.arrival[idx] = arrival
 
 
+_Row = tuple[int, int, float, int, float, int, int, int, int, int]
+
+
 class _Recorder:
     """Accumulates counted steps; keeps the per-step arrays only when asked."""
 
     def __init__(self, max_k: int, trace: bool) -> None:
         self.trace = trace
-        self.rows: list[tuple[int, int, float, int, float, int, int, int]] = []
-        self.drafted = np.zeros(max_k, dtype=np.int64)
-        self.accepted = np.zeros(max_k, dtype=np.int64)
+        self.rows: list[_Row] = []
+        self.max_k = max_k
+        self.counts = np.zeros((5, max_k), dtype=np.int64)  # reached..scheduled
+        self.step_counts: list[IntArray] = []
         self.tokens = 0
         self.seconds = 0.0
         self.steps = 0
@@ -179,40 +257,54 @@ class _Recorder:
         self.completed = 0
         self.latency_sum = 0.0
         self.decode_seq_steps = 0
+        self.verified = 0
+        self.context = 0
+        self.arrivals: list[float] = []
+        self.finishes: list[float] = []
 
-    def step(
-        self,
-        bs: int,
-        k: int,
-        dt: float,
-        tokens: int,
-        end: float,
-        decode: int,
-        prefill: int,
-        accepted: int,
-    ) -> None:
+    def add_counts(self, counts: DraftCounts) -> None:
+        n = len(counts.reached)
+        row = np.zeros((5, self.max_k), dtype=np.int64)
+        if n:
+            row[:, :n] = np.asarray(counts, dtype=np.int64)
+            self.counts += row
+        if self.trace:
+            self.step_counts.append(row)
+
+    def step(self, row: _Row) -> None:
+        bs, k, dt, tokens, _end, decode, _prefill, _accepted, verified, context = row
         self.tokens += tokens
         self.seconds += dt
         self.steps += 1
         self.k_sum += k
         self.bs_sum += bs
         self.decode_seq_steps += decode
+        self.verified += verified
+        self.context += context
         if self.last_k is not None and k != self.last_k:
             self.k_changes += 1
         self.last_k = k
         if self.trace:
-            self.rows.append((bs, k, dt, tokens, end, decode, prefill, accepted))
+            self.rows.append(row)
 
-    def result(self) -> SimResult:
-        trace = None
+    def result(self, end_time: float) -> SimResult:
+        trace, requests = None, None
         if self.trace:
-            cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * 8
+            requests = RequestLog(np.asarray(self.arrivals), np.asarray(self.finishes))
+            cols = list(zip(*self.rows, strict=True)) if self.rows else [()] * 10
             ints = [np.asarray(c, dtype=np.int64) for c in cols]
             floats = [np.asarray(c, dtype=np.float64) for c in cols]
-            trace = StepTrace(
-                ints[0], ints[1], floats[2], ints[3], floats[4], ints[5], ints[6], ints[7]
+            counts = (
+                np.stack(self.step_counts)
+                if self.step_counts
+                else np.zeros((0, 5, self.max_k), dtype=np.int64)
             )
+            trace = StepTrace(
+                ints[0], ints[1], floats[2], ints[3], floats[4], ints[5], ints[6], ints[7],
+                ints[8], ints[9], counts,
+            )  # fmt: skip
         n = self.steps
+        reached, proposed, accepted, offered, scheduled = self.counts
         return SimResult(
             total_tokens=self.tokens,
             sim_seconds=self.seconds,
@@ -222,17 +314,24 @@ class _Recorder:
             mean_batch_size=self.bs_sum / n if n else 0.0,
             completed_requests=self.completed,
             mean_latency_s=self.latency_sum / self.completed if self.completed else 0.0,
-            drafted=self.drafted,
-            accepted=self.accepted,
+            reached=reached,
+            proposed=proposed,
+            accepted=accepted,
+            offered=offered,
+            scheduled=scheduled,
             decode_seq_steps=self.decode_seq_steps,
+            verified_tokens=self.verified,
+            context_tokens=self.context,
+            end_time=end_time,
             trace=trace,
+            requests=requests,
         )
 
 
 def simulate(
     config: EngineConfig,
     workload: Workload,
-    policy: KPolicy | None = None,
+    policy: AnyPolicy | None = None,
     *,
     steps: int | None = None,
     duration_s: float | None = None,
@@ -242,12 +341,14 @@ def simulate(
 ) -> SimResult:
     """Run the engine until ``steps`` counted steps or ``duration_s`` simulated seconds.
 
-    ``policy`` chooses K each step (required when speculation is configured;
-    ignored for vanilla). The first ``warmup_steps`` steps run but are not
-    counted. Deterministic for a given ``seed``.
+    A finite workload (a ``Rollout``, an ``OpenLoop`` with a horizon) given
+    neither runs until every request has finished. ``policy`` chooses K each
+    step (required when speculation is configured; ignored for vanilla).
+    The first ``warmup_steps`` steps run but are not counted. Deterministic
+    for a given ``seed``.
     """
-    if steps is None and duration_s is None:
-        raise ValueError("give steps or duration_s")
+    if steps is None and duration_s is None and not is_finite(workload):
+        raise ValueError("give steps or duration_s (or a workload that ends)")
     if config.speculative and policy is None:
         raise ValueError("a speculative engine needs a policy (FixedPolicy(k) for a fixed K)")
     return _Run(config, workload, policy, seed, warmup_steps, trace).run(steps, duration_s)
@@ -260,7 +361,7 @@ class _Run:
         self,
         config: EngineConfig,
         workload: Workload,
-        policy: KPolicy | None,
+        policy: AnyPolicy | None,
         seed: int,
         warmup_steps: int,
         trace: bool,
@@ -268,17 +369,33 @@ class _Run:
         self.c = config
         self.workload = workload
         self.policy = policy if config.speculative else None
-        s_uniform, s_lengths, s_arrivals, s_sampler = np.random.SeedSequence(seed).spawn(4)
+        # Protocol checks are slow: classify the policy once, not per step.
+        self.per_class = self.policy if isinstance(self.policy, PerClassPolicy) else None
+        self.stateful = self.policy if isinstance(self.policy, StatePolicy) else None
+        self.plain = (
+            self.policy
+            if isinstance(self.policy, KPolicy) and self.per_class is None and self.stateful is None
+            else None
+        )
+        streams = np.random.SeedSequence(seed).spawn(5)
+        s_uniform, s_lengths, s_arrivals, s_sampler, s_proposals = streams
         self.u_rng = np.random.default_rng(s_uniform)
-        self.arrival_rng = np.random.default_rng(s_arrivals)
+        self.proposal_rng = np.random.default_rng(s_proposals)
         self.stream = RequestStream(
             workload.prompt, workload.output, np.random.default_rng(s_lengths)
         )
         self.sampler = config.acceptance.sampler(
             config.max_batch_size, np.random.default_rng(s_sampler)
         )
-        self.slots = _Slots(config.max_batch_size)
+        self.plan: ArrivalPlan | None = None
         self.queue: deque[float] = deque()
+        if isinstance(workload, OpenLoop):
+            self.plan = ArrivalPlan(
+                workload.rate, np.random.default_rng(s_arrivals), workload.horizon_s
+            )
+        elif isinstance(workload, Rollout):
+            self.queue.extend([0.0] * workload.requests)
+        self.slots = _Slots(config.max_batch_size)
         self.limit = config.max_batch_size
         if isinstance(workload, ClosedLoop | OscillatingLoop):
             self.limit = min(self.limit, workload.concurrency)
@@ -288,6 +405,7 @@ class _Run:
         self.step_index = 0
         self.n_active = 0
         self.n_prefilling = 0
+        self.last_k = -1
 
     def run(self, steps: int | None, duration_s: float | None) -> SimResult:
         while True:
@@ -296,19 +414,22 @@ class _Run:
                 break
             if duration_s is not None and self.t >= duration_s:
                 break
+            if self.plan is not None:
+                self.queue.extend(self.plan.pop_until(self.t))
             self._admit()
             if self.n_active == 0:
-                self._idle()
+                if not self._idle(duration_s):
+                    break
                 continue
             self._step()
-        return self.rec.result()
+        return self.rec.result(self.t)
 
     def _admit(self) -> None:
         slots = self.slots
         room = self.limit - self.n_active
         if room <= 0:
             return
-        if isinstance(self.workload, OpenLoop):
+        if self.plan is not None or isinstance(self.workload, Rollout):
             room = min(room, len(self.queue))
             if room == 0:
                 return
@@ -322,11 +443,19 @@ class _Run:
         self.n_active += idx.size
         self.n_prefilling += idx.size
 
-    def _idle(self) -> None:
-        assert isinstance(self.workload, OpenLoop)
-        t1 = self.t + IDLE_TICK_S
-        self.queue.extend(arrivals(self.workload.rate, self.t, t1, self.arrival_rng))
-        self.t = t1
+    def _idle(self, duration_s: float | None) -> bool:
+        """Nothing to run: jump to the next arrival; False when the run is over."""
+        if self.plan is None:
+            return False  # a drained rollout
+        limit = duration_s if duration_s is not None else self.t + MAX_IDLE_S
+        nxt = self.plan.next_time(limit)
+        if nxt is None or nxt > limit:
+            if duration_s is not None or is_finite(self.workload):
+                self.t = max(self.t, duration_s or self.t)
+                return False
+            raise RuntimeError("open loop idle for a day of simulated time: no arrivals left")
+        self.t = max(self.t, nxt)
+        return True
 
     def _prefill_chunks(self, decode_count: int, want: IntArray) -> IntArray:
         """Prompt tokens each slot prefills this step, under the token budget."""
@@ -375,54 +504,121 @@ class _Run:
             pairs,
         )
 
+    def _choose(self, batch: _Batch, ctx_dec: int) -> tuple[int, IntArray | None]:
+        """(K of the step, per-slot K when a per-class policy set one)."""
+        if self.policy is None:
+            return 0, None
+        bs = batch.n_dec + batch.n_pre
+        max_k = self.c.max_k
+        if self.plain is not None:
+            return min(max(int(self.plain.choose_k(bs)), 0), max_k), None
+        state = StepState(
+            bs,
+            batch.n_dec,
+            ctx_dec,
+            batch.prefill_tokens,
+            batch.n_pre,
+            batch.pre_context,
+            batch.pre_pairs,
+            self.last_k,
+            self.step_index,
+            self.t,
+        )
+        if self.per_class is not None:
+            if not isinstance(self.sampler, ClassedSampler):
+                raise ValueError("a per-class policy needs a Mixture acceptance model")
+            classes = self.sampler.slot_classes
+            counts = np.bincount(classes[batch.decoding], minlength=int(classes.max()) + 1)
+            state = state._replace(class_counts=tuple(int(c) for c in counts))
+            ks = np.asarray(self.per_class.choose_class_k(state), dtype=np.int64)
+            per_slot: IntArray = np.clip(ks, 0, max_k)[classes]
+            return int(per_slot[batch.decoding].max(initial=0)), per_slot
+        assert self.stateful is not None
+        return min(max(int(self.stateful.choose_k_for(state)), 0), max_k), None
+
     def _step(self) -> None:
         s, c = self.slots, self.c
-        decoding, n_dec, chunk, prefilling, n_pre, prefill_tokens, pre_context, pre_pairs = (
-            self._schedule()
-        )
-        bs = n_dec + n_pre
-        k = 0
-        if self.policy is not None:
-            k = min(max(int(self.policy.choose_k(bs)), 0), c.max_k)
+        batch = self._schedule()
+        decoding, n_dec = batch.decoding, batch.n_dec
         ctx_dec = int(np.dot(s.ctx, decoding))
+        k, per_slot = self._choose(batch, ctx_dec)
+        u = self.u_rng.random(c.max_batch_size)
+        # Proposal lengths (and so the verified tokens) before pricing the step.
+        lengths: IntArray | None = None
+        full = c.proposals.always_full
+        if not full:
+            exists_u = self.proposal_rng.random(c.max_batch_size)
+            length_u = self.proposal_rng.random(c.max_batch_size)
+            lengths = c.proposals.lengths(exists_u, length_u, k)
+        if per_slot is not None:
+            lengths = per_slot if lengths is None else np.minimum(lengths, per_slot)
+        n_acc = self.sampler.accepted(u, decoding, k, self.step_index, self.t)
+        if lengths is not None:
+            n_acc = np.minimum(n_acc, lengths)
+        if lengths is None:
+            verified = n_dec * (k + 1)
+            pairs = (k + 1) * ctx_dec
+        else:
+            verified = n_dec + int(lengths[decoding].sum())
+            pairs = int(np.dot(lengths + 1, s.ctx * decoding))
+        switched = self.last_k >= 0 and k != self.last_k
         dt = c.cost.step_seconds(
             n_dec,
             k,
-            context_tokens=ctx_dec + pre_context,
-            attention_pairs=(k + 1) * ctx_dec + pre_pairs,
-            prefill_tokens=prefill_tokens,
-            prefill_seqs=n_pre,
+            context_tokens=ctx_dec + batch.pre_context,
+            attention_pairs=pairs + batch.pre_pairs,
+            prefill_tokens=batch.prefill_tokens,
+            prefill_seqs=batch.n_pre,
             speculative=c.speculative,
+            verified_tokens=verified,
+            piecewise=c.piecewise_graphs,
+            switched=switched,
         )
-        u = self.u_rng.random(c.max_batch_size)
-        n_acc = self.sampler.accepted(u, decoding, k, self.step_index, self.t)
         produced = np.minimum(n_acc + 1, s.out_left) * decoding
-        if chunk is not None and prefilling is not None:
-            s.prompt_left -= chunk
-            first = prefilling & (s.prompt_left == 0)
+        if batch.chunk is not None and batch.prefilling is not None:
+            s.prompt_left -= batch.chunk
+            first = batch.prefilling & (s.prompt_left == 0)
             produced += first
-            s.ctx += chunk
+            s.ctx += batch.chunk
             self.n_prefilling -= int(np.count_nonzero(first))
         s.ctx += produced
         s.out_left -= produced
         tokens = int(produced.sum())
         end = self.t + dt
-        if isinstance(self.workload, OpenLoop):
-            self.queue.extend(arrivals(self.workload.rate, self.t, end, self.arrival_rng))
         self.t = end
-        hist = np.bincount(n_acc[decoding], minlength=k + 1).tolist() if k else [n_dec]
-        drafted, accepted = _conditional_from_hist(hist, k)
+        self.last_k = k
+        accepted_dec = n_acc[decoding]
+        if per_slot is not None:
+            assert lengths is not None
+            counts = per_sequence_k_counts(per_slot[decoding], lengths[decoding], accepted_dec)
+        else:
+            dec_lengths = None if lengths is None else lengths[decoding]
+            counts = uniform_k_counts(k, dec_lengths, accepted_dec)
         counted = self.step_index >= self.warmup
         self._finish(counted)
         if counted:
-            rec = self.rec
-            for i in range(k):
-                rec.drafted[i] += drafted[i]
-                rec.accepted[i] += accepted[i]
-            acc_total = sum(i * h for i, h in enumerate(hist)) if k else 0
-            rec.step(bs, k, dt, tokens, end, n_dec, prefill_tokens, acc_total)
+            self.rec.add_counts(counts)
+            acc_total = int(accepted_dec.sum()) if k else 0
+            self.rec.step(
+                (n_dec + batch.n_pre, k, dt, tokens, end, n_dec, batch.prefill_tokens, acc_total,
+                 verified, ctx_dec)
+            )  # fmt: skip
         if self.policy is not None:
-            self.policy.observe(bs, k, dt, drafted, accepted)
+            self.policy.observe(
+                StepRecord(
+                    n_dec + batch.n_pre,
+                    k,
+                    dt if batch.prefill_tokens == 0 else None,
+                    reached=counts.reached,
+                    proposed=counts.proposed,
+                    accepted=counts.accepted,
+                    decode_sequences=n_dec,
+                    verified_tokens=verified,
+                    context_tokens=ctx_dec,
+                    offered=counts.offered,
+                    scheduled=counts.scheduled,
+                )
+            )
         self.step_index += 1
 
     def _finish(self, counted: bool) -> None:
@@ -433,19 +629,9 @@ class _Run:
         s.active[done] = False
         self.n_active -= done.size
         if counted:
-            self.rec.completed += done.size
-            self.rec.latency_sum += done.size * self.t - float(s.arrival[done].sum())
-
-
-def _conditional_from_hist(hist: list[int], k: int) -> tuple[list[int], list[int]]:
-    """(drafted, accepted) per position from a histogram of accepted counts 0..k."""
-    drafted = [0] * k
-    accepted = [0] * k
-    at_least = 0
-    for i in range(k, 0, -1):
-        at_least += hist[i]
-        accepted[i - 1] = at_least
-    # position i+1 is drafted when at least i drafts were accepted
-    for i in range(k):
-        drafted[i] = accepted[i - 1] if i > 0 else sum(hist)
-    return drafted, accepted
+            rec = self.rec
+            rec.completed += done.size
+            rec.latency_sum += done.size * self.t - float(s.arrival[done].sum())
+            if rec.trace:
+                rec.arrivals.extend(s.arrival[done].tolist())
+                rec.finishes.extend([self.t] * done.size)

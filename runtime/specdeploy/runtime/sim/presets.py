@@ -3,12 +3,16 @@
 Two presets mirror the seed (Cohere, "Hardware-Aware, Dynamic Speculative
 Decoding"): ``seed-dense`` (Command A, 111B dense, TP 4 on H100, EAGLE) and
 ``seed-moe`` (a ~400B-total / ~30B-active fine-grained MoE, TP 8 on H100,
-FP8, EAGLE; the seed's MoE shape is not public). With the default cost model
-they reproduce the seed's qualitative findings from the physics alone:
+FP8, EAGLE; the seed's MoE shape is not public). They reproduce the seed's
+qualitative findings from the physics:
 
 - seed-dense: the best fixed K falls monotonically with batch size, and
-  fixed K=3 drops below vanilla at batch 256 (its step is compute-bound:
-  4x the tokens of a vanilla step cost ~3x the time while AL(3) is ~2.7).
+  fixed K=3 drops below vanilla at batch 128 and 256 (its step is
+  compute-bound: 4x the tokens of a vanilla step cost ~2.5x the time while
+  AL(3) is ~2). Its EAGLE acceptance level and GEMM half height are fitted
+  jointly to the seed's BS 128 and 256 figures and vLLM's EAGLE AL anchors
+  (``calibration.py``; README "What make demo shows" lists what no single
+  setting fits).
 - seed-moe: the best fixed K is non-monotonic: low at small batch (each
   extra verified token loads ~8 more experts), higher around 16-64 (the batch
   already touches nearly every expert), low again at 256 (compute and
@@ -19,21 +23,21 @@ The others cover the remaining GPUs and methods. Everything is modelled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from specdeploy.runtime.policy.base import KPolicy
 from specdeploy.runtime.profile import SIM_ENGINE, Fingerprint
 from specdeploy.runtime.sim.acceptance import (
     DRAFT_MODEL_MT_BENCH,
     EAGLE3_MT_BENCH,
     EAGLE_MT_BENCH,
+    EAGLE_VLLM_ANCHORED,
     NGRAM_CHAT,
     AcceptanceModel,
 )
 from specdeploy.runtime.sim.costs import Overheads, StepCost
 from specdeploy.runtime.sim.drafts import Drafter, draft_model, eagle3_head, eagle_head, ngram
-from specdeploy.runtime.sim.engine import EngineConfig, SimResult, simulate
+from specdeploy.runtime.sim.engine import AnyPolicy, EngineConfig, SimResult, simulate
 from specdeploy.runtime.sim.hardware import GPU, get_gpu
 from specdeploy.runtime.sim.models import (
     COMMAND_A,
@@ -45,6 +49,7 @@ from specdeploy.runtime.sim.models import (
     SEED_MOE,
     TransformerModel,
 )
+from specdeploy.runtime.sim.proposals import ProposalModel, effective_rates
 from specdeploy.runtime.sim.roofline import Roofline
 from specdeploy.runtime.sim.workload import (
     SHAREGPT_OUTPUT,
@@ -55,6 +60,12 @@ from specdeploy.runtime.sim.workload import (
 
 SIM_ENGINE_VERSION = "0.32.0"
 """The vLLM version whose behaviour the engine model follows."""
+SEED_DENSE_GEMM_M_HALF = 192.0
+"""seed-dense's GEMM half-efficiency height: the joint fit of ``calibration.py``."""
+V1_RUNNER_METHODS = frozenset({"suffix", "medusa", "mlp_speculator", "custom_class"})
+"""Methods vLLM 0.32's V2 model runner does not support, so it runs them on V1
+(``VllmConfig._get_v2_model_runner_unsupported_features``)."""
+MODEL_RUNNERS = ("v1", "v2")
 
 
 @dataclass(frozen=True)
@@ -74,13 +85,57 @@ class Preset:
     dataset: str = "mt-bench"
     max_batched_tokens: int = 8192
     overheads: Overheads = field(default_factory=Overheads)
+    proposals: ProposalModel | None = None
+    """The workload's drafting rate for lookup drafters (None: the drafter's default)."""
+    gemm_m_half: float = 64.0
+    """The roofline's GEMM half-efficiency height (``roofline.Roofline``)."""
+    time_scale: float = 1.0
+    """Every step this many times as long (``costs.StepCost.time_scale``)."""
+    model_runner: str = ""
+    """vLLM's model runner, ``v1`` or ``v2``; empty: vLLM 0.32's own choice (``runner``)."""
+
+    def __post_init__(self) -> None:
+        if self.model_runner and self.model_runner not in MODEL_RUNNERS:
+            raise ValueError(
+                f"model_runner must be one of {list(MODEL_RUNNERS)} or empty, "
+                f"got {self.model_runner!r}"
+            )
+
+    @property
+    def runner(self) -> str:
+        """The model runner the pod gets.
+
+        vLLM 0.32 picks V2 whenever Triton is present (every GPU build) and the
+        method is supported (``VllmConfig.use_v2_model_runner``). That matters
+        for a K table: V1 overrides full CUDA graphs with PIECEWISE once a table
+        is set (``_maybe_override_dynamic_sd_cudagraph_mode``), V2 captures full
+        graphs for every K the table holds (``v1/worker/gpu/cudagraph_utils.py``),
+        so only a V1 pod pays ``Overheads.per_layer_s``.
+        """
+        if self.model_runner:
+            return self.model_runner
+        return "v1" if self.drafter.method in V1_RUNNER_METHODS else "v2"
 
     @cached_property
     def cost(self) -> StepCost:
         """The step cost model (one instance per preset: its memo tables are shared)."""
+        roof = Roofline(self.gpu, self.tp, gemm_m_half=self.gemm_m_half)
+        overheads = self.overheads
+        if self.runner != "v1":  # full graphs with a table: no per-layer launches
+            overheads = replace(overheads, per_layer_s=0.0)
         return StepCost(
-            self.gpu, self.model, self.drafter, self.tp, Roofline(self.gpu, self.tp), self.overheads
+            self.gpu, self.model, self.drafter, self.tp, roof, overheads, self.time_scale
         )
+
+    @property
+    def proposal_model(self) -> ProposalModel:
+        """How often and how long the drafter proposes on this preset's workload."""
+        return self.drafter.proposals if self.proposals is None else self.proposals
+
+    def nominal_rates(self, acceptance: AcceptanceModel | None = None) -> tuple[float, ...]:
+        """a_i with a missing draft counted as a rejection (what a profile should measure)."""
+        given = (self.acceptance if acceptance is None else acceptance).nominal()
+        return effective_rates(given, self.proposal_model)
 
     def engine_config(
         self,
@@ -88,8 +143,15 @@ class Preset:
         speculative: bool = True,
         acceptance: AcceptanceModel | None = None,
         max_batch_size: int | None = None,
+        proposals: ProposalModel | None = None,
+        piecewise: bool = False,
     ) -> EngineConfig:
-        """An engine for this preset; ``speculative`` False is vanilla serving."""
+        """An engine for this preset; ``speculative`` False is vanilla serving.
+
+        ``piecewise``: a K table is set (the table and adaptive policies); on
+        the V1 runner vLLM then runs piecewise CUDA graphs (``costs.py``), on
+        V2 it costs nothing (``runner``).
+        """
         batch = self.max_batch_size if max_batch_size is None else max_batch_size
         return EngineConfig(
             cost=self.cost,
@@ -98,15 +160,19 @@ class Preset:
             max_k=self.max_k,
             max_batched_tokens=max(self.max_batched_tokens, batch * (self.max_k + 1)),
             speculative=speculative,
+            proposals=self.proposal_model if proposals is None else proposals,
+            piecewise_graphs=piecewise,
         )
 
     def simulate(
         self,
-        policy: KPolicy | None,
+        policy: AnyPolicy | None,
         workload: Workload | None = None,
         *,
         speculative: bool = True,
         acceptance: AcceptanceModel | None = None,
+        proposals: ProposalModel | None = None,
+        piecewise: bool = False,
         steps: int | None = None,
         duration_s: float | None = None,
         seed: int = 0,
@@ -114,8 +180,11 @@ class Preset:
         trace: bool = False,
     ) -> SimResult:
         """Run the engine on ``workload`` (default: the preset's own)."""
+        config = self.engine_config(
+            speculative=speculative, acceptance=acceptance, proposals=proposals, piecewise=piecewise
+        )
         return simulate(
-            self.engine_config(speculative=speculative, acceptance=acceptance),
+            config,
             self.workload if workload is None else workload,
             policy,
             steps=steps,
@@ -159,10 +228,11 @@ def _presets() -> dict[str, Preset]:
             tp=4,
             model=COMMAND_A,
             drafter=eagle_head(COMMAND_A, "sim/eagle-command-a"),
-            acceptance=EAGLE_MT_BENCH,
+            acceptance=EAGLE_VLLM_ANCHORED,
             max_k=5,
             max_batch_size=256,
             workload=ClosedLoop(256),
+            gemm_m_half=SEED_DENSE_GEMM_M_HALF,
         ),
         Preset(
             name="seed-moe",

@@ -80,7 +80,7 @@ class Roofline:
     _rates: dict[int, tuple[TransformerModel, _Rates]] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
-    _static: dict[tuple[int, float, float], float] = field(
+    _static: dict[tuple[int, float, float, float | None], float] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
 
@@ -114,20 +114,23 @@ class Roofline:
         context_tokens: float,
         attention_pairs: float,
         logit_tokens: float | None = None,
+        sequences: float | None = None,
     ) -> ForwardCost:
         """Cost of one forward over ``tokens`` tokens, by kernel class.
 
         ``context_tokens``: KV-cache tokens read (sum of the sequences' context
         lengths). ``attention_pairs``: sum over query tokens of the context
         each attends to. ``logit_tokens``: tokens whose logits are sampled
-        (default: all of them, as in verification).
+        (default: all of them, as in verification). ``sequences``: how many
+        sequences the tokens belong to (an MoE's routing overlap acts within
+        a sequence; None routes every token independently).
         """
         if tokens <= 0:
             return ForwardCost(0.0, 0.0, 0.0, 0.0, 0.0)
         r = self.rates(model)
         sampled = tokens if logit_tokens is None else logit_tokens
         return ForwardCost(
-            gemm=self._gemms(model, r, tokens),
+            gemm=self._gemms(model, r, tokens, sequences),
             attention=self.smooth_max(
                 context_tokens * r.kv_per_token, attention_pairs * r.attention_per_pair
             ),
@@ -143,6 +146,7 @@ class Roofline:
         context_tokens: float,
         attention_pairs: float,
         logit_tokens: float,
+        sequences: float | None = None,
     ) -> float:
         """``forward(...).total``, fast: the token-count-only part is memoised.
 
@@ -152,13 +156,13 @@ class Roofline:
         if tokens <= 0:
             return 0.0
         r = self.rates(model)
-        key = (id(model), tokens, logit_tokens)
+        key = (id(model), tokens, logit_tokens, sequences if model.is_moe else None)
         static = self._static.get(key)
         if static is None:
             if len(self._static) > 200_000:
                 self._static.clear()
             static = (
-                self._gemms(model, r, tokens)
+                self._gemms(model, r, tokens, sequences)
                 + tokens * (r.elementwise + r.allreduce_per_token)
                 + r.allreduce_fixed
                 + logit_tokens * r.logits_per_token
@@ -216,14 +220,16 @@ class Roofline:
         r = self.rates(model)
         return r.always_memory, r.always_compute * (tokens + self.gemm_m_half)
 
-    def _gemms(self, model: TransformerModel, r: _Rates, tokens: float) -> float:
+    def _gemms(
+        self, model: TransformerModel, r: _Rates, tokens: float, sequences: float | None = None
+    ) -> float:
         """Weight GEMMs: always-on weights at height T, routed experts at T*k/loaded."""
         m_half = self.gemm_m_half
         # compute / efficiency(M) with M = T: T * c * (T + m_half) / T
         dense = self.smooth_max(r.always_memory, r.always_compute * (tokens + m_half))
         if not model.is_moe:
             return dense
-        loaded = model.distinct_experts(tokens)
+        loaded = model.distinct_experts(tokens, sequences)
         per_expert = tokens * model.top_k / loaded
         routed_compute = r.routed_compute * tokens * (per_expert + m_half) / per_expert
         return dense + self.smooth_max(loaded * r.expert_memory, routed_compute)

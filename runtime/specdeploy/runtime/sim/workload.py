@@ -7,15 +7,21 @@ below are modelled to match those shapes, not fitted to the files.
 
 Arrivals are either a closed loop (a fixed number of clients, each sending
 its next request as soon as the previous one finishes: the batch stays at
-the concurrency) or an open loop (a Poisson process whose rate changes over
-time, piecewise or sinusoidally: the batch follows the load). An oscillating
-loop is a closed loop whose scheduled batch flickers between two sizes.
+the concurrency), an open loop (a Poisson process whose rate changes over
+time, piecewise or sinusoidally: the batch follows the load), or a rollout
+(an RL generation batch: every request at t = 0, none after, run until the
+last straggler finishes). An oscillating loop is a closed loop whose
+scheduled batch flickers between two sizes.
+
+Open-loop arrival times are drawn ahead of the engine, from the rate and
+the seed alone (``ArrivalPlan``): how fast a policy's steps are must not
+change which requests arrive when, or two policies would not serve the same
+traffic and their comparison would be luck.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -123,11 +129,37 @@ class ClosedLoop:
 
 @dataclass(frozen=True)
 class OpenLoop:
-    """Poisson arrivals at ``rate(t)`` requests/s; excess waits in a queue."""
+    """Poisson arrivals at ``rate(t)`` requests/s; excess waits in a queue.
+
+    With ``horizon_s`` nobody arrives after it: a run without a step or time
+    limit then serves every request to completion (drains).
+    """
 
     rate: Rate
     prompt: Lengths = SHAREGPT_PROMPT
     output: Lengths = SHAREGPT_OUTPUT
+    horizon_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.horizon_s is not None and self.horizon_s <= 0:
+            raise ValueError(f"horizon_s must be > 0, got {self.horizon_s}")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """An RL rollout: ``requests`` prompts arrive at t = 0 and nothing after.
+
+    The batch starts full and drains to one straggler; what counts is the
+    makespan, the time until the last request finishes.
+    """
+
+    requests: int
+    prompt: Lengths
+    output: Lengths
+
+    def __post_init__(self) -> None:
+        if self.requests < 1:
+            raise ValueError(f"requests must be >= 1, got {self.requests}")
 
 
 @dataclass(frozen=True)
@@ -160,7 +192,14 @@ class OscillatingLoop:
         return self.low if step % self.period_steps < self.period_steps // 2 else self.high
 
 
-Workload = ClosedLoop | OpenLoop | OscillatingLoop
+Workload = ClosedLoop | OpenLoop | OscillatingLoop | Rollout
+
+
+def is_finite(workload: Workload) -> bool:
+    """True when the workload's requests end, so a run may go on until it drains."""
+    return isinstance(workload, Rollout) or (
+        isinstance(workload, OpenLoop) and workload.horizon_s is not None
+    )
 
 
 class RequestStream:
@@ -195,10 +234,64 @@ class RequestStream:
         return p, o
 
 
-def arrivals(rate: Rate, t0: float, t1: float, rng: np.random.Generator) -> Sequence[float]:
-    """Poisson arrival times in [t0, t1) at the rate in force mid-interval."""
-    expected = rate(0.5 * (t0 + t1)) * (t1 - t0)
-    n = int(rng.poisson(expected)) if expected > 0 else 0
-    if n == 0:
-        return ()
-    return sorted(float(x) for x in rng.uniform(t0, t1, n))
+class ArrivalPlan:
+    """Poisson arrival times at ``rate(t)``, drawn ahead in fixed blocks of time.
+
+    Block b covers [b, b + 1) seconds in ``SUBSTEPS`` slices; each slice draws
+    a Poisson count at the rate in force mid-slice and uniform times within
+    it. Blocks are drawn in order from one generator whatever the caller asks,
+    so the arrival times are a function of the seed and the rate alone, never
+    of the engine's step times (module docstring).
+    """
+
+    BLOCK_S = 1.0
+    SUBSTEPS = 10
+
+    def __init__(self, rate: Rate, rng: np.random.Generator, horizon_s: float | None = None):
+        self._rate, self._rng, self._horizon = rate, rng, horizon_s
+        self._times: list[float] = []
+        self._next = 0
+        self._blocks = 0
+
+    def _draw_block(self) -> None:
+        dt = self.BLOCK_S / self.SUBSTEPS
+        start = self._blocks * self.BLOCK_S
+        self._blocks += 1
+        for j in range(self.SUBSTEPS):
+            t0 = start + j * dt
+            if self._horizon is not None and t0 >= self._horizon:
+                return
+            expected = self._rate(t0 + dt / 2.0) * dt
+            n = int(self._rng.poisson(expected)) if expected > 0 else 0
+            if n:
+                times = np.sort(self._rng.uniform(t0, t0 + dt, n))
+                if self._horizon is not None:
+                    times = times[times < self._horizon]
+                self._times.extend(float(x) for x in times)
+
+    def _exhausted(self) -> bool:
+        return self._horizon is not None and self._blocks * self.BLOCK_S >= self._horizon
+
+    def _ensure(self, t: float) -> None:
+        """Draw blocks until one starts after ``t`` (or the horizon is reached)."""
+        while self._blocks * self.BLOCK_S <= t and not self._exhausted():
+            self._draw_block()
+
+    def pop_until(self, t: float) -> list[float]:
+        """Arrivals at or before ``t`` not returned yet, in time order."""
+        self._ensure(t)
+        i = self._next
+        times = self._times
+        j = i
+        while j < len(times) and times[j] <= t:
+            j += 1
+        self._next = j
+        return times[i:j]
+
+    def next_time(self, limit: float = float("inf")) -> float | None:
+        """The next arrival not returned yet, or None when there is none up to ``limit``."""
+        while self._next >= len(self._times):
+            if self._exhausted() or self._blocks * self.BLOCK_S > limit:
+                return None
+            self._draw_block()
+        return self._times[self._next]

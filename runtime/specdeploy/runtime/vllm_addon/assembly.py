@@ -14,6 +14,7 @@ from functools import partial
 
 from specdeploy.runtime.vllm_addon.controller import KController
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
+from specdeploy.runtime.vllm_addon.self_time import SelfTimer
 from specdeploy.runtime.vllm_addon.settings import AddonSettings
 from specdeploy.runtime.vllm_addon.table_source import EngineShape, LoadedTable, load_table
 from specdeploy.runtime.vllm_addon.watcher import TableWatcher
@@ -60,8 +61,12 @@ def start_addon(
     num_speculative_tokens: int,
     data_parallel_size: int = 1,
     watch: bool = True,
+    timer: SelfTimer | None = None,
 ) -> Addon:
-    """Build and start the add-on for an engine whose lookup vLLM built as ``vllm_lookup``."""
+    """Build and start the add-on for an engine whose lookup vLLM built as ``vllm_lookup``.
+
+    ``timer`` (``self_time``): export the add-on's own time and time the watcher's checks.
+    """
     if data_parallel_size > 1 and settings.policy != "off":
         raise AddonRefused(
             f"specdeploy: data_parallel_size={data_parallel_size} is not supported: ranks "
@@ -81,6 +86,8 @@ def start_addon(
         allowed_k=tuple(sorted(allowed)),
     )
     metrics = AddonMetrics(settings.pool, num_speculative_tokens)
+    if timer is not None:
+        timer.register(metrics.registry)
     controller = KController(vllm_lookup, shape, metrics)
     server = _serve_metrics(metrics, settings)
     log.info(
@@ -100,6 +107,7 @@ def start_addon(
             controller.install,
             controller.rejected,
             settings.reload_seconds,
+            on_checked=None if timer is None else timer.watcher_checked,
         )
         if watch:
             watcher.start()

@@ -6,8 +6,11 @@ The vLLM scheduler subclass (``scheduler.py``) calls three things:
   the policy's K, clamped into the K set the engine started with; vLLM's own
   lookup when the policy is off, no table was ever loaded, or the policy
   raised (never a crash);
-* ``step_done(...)`` from ``update_from_output``: feeds the policy and the
-  metrics;
+* ``finish_step(...)`` from ``update_from_output``: the step's reading
+  (``steps.read_step``: per decoding request K, proposal length and
+  accepted) becomes the ``StepRecord`` the policy observes (per-position
+  counts under the one definition, verified and context tokens, the time of
+  a clean decode step), the metrics and the drafting-rate watch;
 * ``install(table)`` / ``rejected(reason)`` from the table watcher thread.
 
 Thread-safety: the watcher thread only rebinds ``self._table`` (one reference
@@ -21,8 +24,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from specdeploy.runtime.policy.base import StepRecord
+from specdeploy.runtime.vllm_addon.drafting import DraftingRateWatch, Drift, Verdict
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
-from specdeploy.runtime.vllm_addon.steps import conditional_from_drafts
+from specdeploy.runtime.vllm_addon.steps import StepReading, count_drafts
 from specdeploy.runtime.vllm_addon.table_source import EngineShape, LoadedTable, clamp_map
 
 log = logging.getLogger("specdeploy.addon")
@@ -52,6 +57,7 @@ class KController:
         self._explored_reported = 0
         self._policy_error_logged = False
         self.last_error: str | None = None
+        self._drafting = DraftingRateWatch(None)
 
     # --- hot path --------------------------------------------------------------
 
@@ -76,27 +82,89 @@ class KController:
 
     # --- after a step ----------------------------------------------------------
 
+    def finish_step(
+        self, batch_size: int, k: int, seconds: float | None, reading: StepReading
+    ) -> StepRecord:
+        """One finished step: ``k`` the K chosen for it, ``reading`` what it verified.
+
+        ``seconds`` is the step's time when it was a clean decode step (the
+        caller decides), else None. Returns the record the policy observed.
+        """
+        requests = reading.requests
+        if requests:
+            counts = count_drafts(requests, reading.k)
+            record = StepRecord(
+                batch_size,
+                reading.k,
+                seconds,
+                counts.reached,
+                counts.proposed,
+                counts.accepted,
+                len(requests),
+                reading.verified_tokens,
+                reading.context_tokens,
+                counts.offered,
+                counts.scheduled,
+            )
+        else:
+            record = StepRecord(batch_size, k, seconds)
+        table = self._table
+        policy = None if table is None else table.policy
+        if policy is not None:
+            try:
+                policy.observe(record)
+            except Exception:
+                self._policy_failed("observe")
+        self.steps += 1
+        if record.reached:
+            verdict = self._drafting.add(record.reached[0], record.proposed[0])
+            if verdict is not None:
+                self._drafting_verdict(verdict)
+        if self.metrics is not None:
+            self.metrics.step(k, record)
+            if self.steps % SLOW_TICK_STEPS == 0:
+                self._slow_metrics(batch_size)
+        return record
+
     def step_done(
         self,
         batch_size: int,
         k: int,
         seconds: float | None,
         drafts: Sequence[tuple[int, int]],
-    ) -> None:
-        """One finished step: ``drafts`` holds (drafted, accepted) per request verified."""
-        drafted, accepted = conditional_from_drafts(drafts, self.shape.num_speculative_tokens)
-        table = self._table
-        policy = None if table is None else table.policy
-        if policy is not None:
-            try:
-                policy.observe(batch_size, k, seconds, drafted, accepted)
-            except Exception:
-                self._policy_failed("observe")
-        self.steps += 1
+    ) -> StepRecord:
+        """``finish_step`` from (proposal length, accepted) per decoding request, all at ``k``.
+
+        For callers that hold pairs rather than a vLLM step (benchmarks,
+        tests); verified tokens are 1 + L per request, context unknown (0).
+        """
+        requests = tuple((k, length, accepted) for length, accepted in drafts)
+        verified = sum(1 + min(length, k) for length, _ in drafts)
+        return self.finish_step(batch_size, k, seconds, StepReading(k, requests, verified, 0))
+
+    def _drafting_verdict(self, verdict: Verdict) -> None:
         if self.metrics is not None:
-            self.metrics.step(batch_size, k, seconds, drafted, accepted)
-            if self.steps % SLOW_TICK_STEPS == 0:
-                self._slow_metrics(batch_size)
+            self.metrics.drafting(verdict)
+        if not verdict.changed:
+            return
+        if verdict.state is Drift.WITHIN:
+            log.info(
+                "specdeploy: drafting rate back within the profile's: %.3f (profile %.3f)",
+                verdict.rate,
+                verdict.reference,
+            )
+            return
+        log.warning(
+            "specdeploy: drafting rate %.3f is %s the profile's %.3f by more than %.2f over "
+            "the last %d sequence-steps: the profile no longer describes this traffic "
+            "(re-profile on it, or expect the table's gains to be %s)",
+            verdict.rate,
+            verdict.state.name.lower(),
+            verdict.reference,
+            self._drafting.tolerance,
+            self._drafting.window,
+            "lower" if verdict.state is Drift.BELOW else "understated",
+        )
 
     def _slow_metrics(self, batch_size: int) -> None:
         assert self.metrics is not None
@@ -106,6 +174,12 @@ class KController:
         if isinstance(explored, int) and explored > self._explored_reported:
             self.metrics.explored(explored - self._explored_reported)
             self._explored_reported = explored
+        gain = getattr(policy, "gain_over_vanilla", None)
+        if gain is not None:
+            try:
+                self.metrics.gain_over_vanilla(gain(batch_size))
+            except Exception:
+                self._policy_failed("gain_over_vanilla")
         explain = getattr(policy, "explain", None)
         if explain is None:
             return
@@ -129,6 +203,7 @@ class KController:
         """Make ``table`` the one in force (called from the watcher thread)."""
         self._explored_reported = 0
         self._policy_error_logged = False
+        self._drafting = DraftingRateWatch(table.drafting_rate)
         self._table = table
         self.generation += 1
         self.last_error = None
@@ -136,6 +211,7 @@ class KController:
             self.metrics.table_installed(
                 self.generation, table.policy_kind, table.profile_name, table.digest
             )
+            self.metrics.profile_drafting_rate(table.drafting_rate)
         log.info(
             "specdeploy: table %d in force: policy %s, profile %s, schedule %s",
             self.generation,

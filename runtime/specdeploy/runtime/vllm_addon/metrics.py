@@ -6,23 +6,45 @@ endpoint (``SPECDEPLOY_METRICS_PORT``). Names start with ``specdeploy_`` and
 every series carries the pool's GPU type (``pool``), so the operator's
 telemetry loop can aggregate per pool with PromQL.
 
-Per step this costs a handful of dictionary lookups and lock-protected
-increments (a few microseconds); label children are bound once and cached.
+The series every step touches are plain integers in ``step_series``,
+turned into metric families only when scraped: a step takes no lock. The
+rest (table info, reload and policy errors, the drafting-rate verdicts)
+change rarely and use ``prometheus_client``'s own objects.
 
-Acceptance counters use conditional denominators (``policy.base``):
-``specdeploy_accepted_tokens_total{position="i"} /
-specdeploy_draft_tokens_total{position="i"}`` is a_i, the probability that
-draft i is accepted given drafts 1..i-1 were.
+Draft counters follow the one definition (``goodput``): per position i,
+``specdeploy_draft_positions_reached_total`` counts decoding sequences that
+verified a step with K >= i and accepted positions < i (a position the
+drafter did not propose counts as reached and rejected),
+``specdeploy_draft_tokens_total`` those that also had a draft there
+(proposed) and ``specdeploy_accepted_tokens_total`` those that accepted it.
+So accepted / reached is a_i (what AL(K) and the schedule use), proposed /
+reached the drafting rate q_i, and accepted / proposed the acceptance
+*given a proposal*, which alone overstates what n-gram drafting earns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
-from specdeploy.runtime.policy.estimators import bucket_bounds, bucket_of
+from specdeploy.runtime.policy.base import StepRecord
+from specdeploy.runtime.vllm_addon.drafting import Drift, Verdict
+from specdeploy.runtime.vllm_addon.step_series import (
+    StepSeries,
+    batch_bucket_label,
+    bucket_bounds,
+    bucket_of,
+)
+
+__all__ = [
+    "STEP_SECONDS_BUCKETS",
+    "AddonMetrics",
+    "batch_bucket_label",
+    "bucket_bounds",
+    "bucket_of",
+]
 
 STEP_SECONDS_BUCKETS = (
     0.001,
@@ -42,12 +64,6 @@ STEP_SECONDS_BUCKETS = (
 """Doubling from 1 ms (a small model's decode on an H200) to 5 s (a CPU step)."""
 
 
-def batch_bucket_label(batch_size: int) -> str:
-    """The power-of-two bucket of a batch size as a label: "1", "2", "3-4", "5-8", ..."""
-    lo, hi = bucket_bounds(bucket_of(max(batch_size, 1)))
-    return str(lo) if lo == hi else f"{lo}-{hi}"
-
-
 class AddonMetrics:
     """Every series the add-on exports, in a registry of its own."""
 
@@ -55,35 +71,43 @@ class AddonMetrics:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pool = pool
         r, p = self.registry, ["pool"]
-        self.steps = Counter(
-            "specdeploy_steps", "Engine steps, by the K chosen", [*p, "k"], registry=r
-        )
-        self.k_current = Gauge("specdeploy_k", "K chosen for the latest step", p, registry=r)
-        self.batch_size = Gauge(
-            "specdeploy_batch_size", "Scheduled requests in the latest step", p, registry=r
-        )
-        self.step_seconds = Histogram(
-            "specdeploy_step_seconds",
-            "Step time by batch-size bucket and K (steps whose verified width equals K)",
-            [*p, "batch_bucket", "k"],
-            buckets=STEP_SECONDS_BUCKETS,
+        self.series = StepSeries(pool, max_k, STEP_SECONDS_BUCKETS)
+        """The per-step series, plain integers collected at scrape time (``step_series``)."""
+        r.register(self.series)
+        self.drafting_rate = Gauge(
+            "specdeploy_drafting_rate",
+            "Share of sequence-steps with a draft at position 1, over the last window",
+            p,
             registry=r,
         )
-        self.drafted = Counter(
-            "specdeploy_draft_tokens",
-            "Draft tokens verified at a position whose earlier drafts were all accepted",
-            [*p, "position"],
+        self.drafting_rate_profile = Gauge(
+            "specdeploy_drafting_rate_profile",
+            "The profile's drafting rate at position 1 (acceptance.draftingRate)",
+            p,
             registry=r,
         )
-        self.accepted = Counter(
-            "specdeploy_accepted_tokens",
-            "Draft tokens accepted, by position",
-            [*p, "position"],
+        self.drafting_drift = Gauge(
+            "specdeploy_drafting_rate_drift",
+            "Last window's drafting rate against the profile's: -1 below, 0 within, 1 above",
+            p,
+            registry=r,
+        )
+        self.drafting_drift_windows = Counter(
+            "specdeploy_drafting_rate_drift_windows",
+            "Windows whose drafting rate left the profile's by more than the tolerance",
+            [*p, "direction"],
             registry=r,
         )
         self.predicted_goodput = Gauge(
             "specdeploy_predicted_goodput_tokens_per_second",
             "The policy's predicted goodput for the K in force at the smoothed batch size",
+            p,
+            registry=r,
+        )
+        self.predicted_gain = Gauge(
+            "specdeploy_predicted_gain_over_vanilla",
+            "The policy's predicted goodput for the K in force over plain decoding's, at the "
+            "smoothed batch size (below 1: speculation loses; absent without a profiled baseline)",
             p,
             registry=r,
         )
@@ -117,40 +141,27 @@ class AddonMetrics:
             p,
             registry=r,
         )
-        self._steps_by_k = [self.steps.labels(pool, str(k)) for k in range(max_k + 1)]
-        self._drafted = [self.drafted.labels(pool, str(i + 1)) for i in range(max_k)]
-        self._accepted = [self.accepted.labels(pool, str(i + 1)) for i in range(max_k)]
-        self._k_now = self.k_current.labels(pool)
-        self._bs_now = self.batch_size.labels(pool)
-        self._seconds: dict[tuple[int, int], Any] = {}
         self._info: tuple[str, str, str] | None = None
 
-    def step(
-        self,
-        batch_size: int,
-        k: int,
-        seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
-        """One finished step (``seconds`` None: not a clean timing)."""
-        if 0 <= k < len(self._steps_by_k):
-            self._steps_by_k[k].inc()
-        self._k_now.set(k)
-        self._bs_now.set(batch_size)
-        for i, n in enumerate(drafted[: len(self._drafted)]):
-            if n:
-                self._drafted[i].inc(n)
-        for i, n in enumerate(accepted[: len(self._accepted)]):
-            if n:
-                self._accepted[i].inc(n)
-        if seconds is not None:
-            key = (bucket_of(max(batch_size, 1)), k)
-            child = self._seconds.get(key)
-            if child is None:
-                child = self.step_seconds.labels(self.pool, batch_bucket_label(batch_size), str(k))
-                self._seconds[key] = child
-            child.observe(seconds)
+    def step(self, k: int, record: StepRecord) -> None:
+        """One finished step: ``k`` the K chosen for it, ``record`` what it verified."""
+        self.series.record(k, record)
+
+    def drafting(self, verdict: Verdict) -> None:
+        """A closed drafting-rate window (``drafting.DraftingRateWatch``)."""
+        self.drafting_rate.labels(self.pool).set(verdict.rate)
+        self.drafting_drift.labels(self.pool).set(verdict.state.value)
+        if verdict.state is not Drift.WITHIN:
+            self.drafting_drift_windows.labels(self.pool, verdict.state.name.lower()).inc()
+
+    def profile_drafting_rate(self, rate: float | None) -> None:
+        """The drafting rate of the table in force's profile (removed when it has none)."""
+        gauge = self.drafting_rate_profile
+        if rate is None:
+            with contextlib.suppress(KeyError):  # never set
+                gauge.remove(self.pool)
+            return
+        gauge.labels(self.pool).set(rate)
 
     def table_installed(self, generation: int, policy: str, profile: str, digest: str) -> None:
         if self._info is not None:
@@ -171,6 +182,14 @@ class AddonMetrics:
 
     def goodput(self, tokens_per_second: float) -> None:
         self.predicted_goodput.labels(self.pool).set(tokens_per_second)
+
+    def gain_over_vanilla(self, gain: float | None) -> None:
+        """What the operator's floor reads (removed while the profile has no baseline)."""
+        if gain is None:
+            with contextlib.suppress(KeyError):  # never set
+                self.predicted_gain.remove(self.pool)
+            return
+        self.predicted_gain.labels(self.pool).set(gain)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Start the HTTP endpoint in a daemon thread; returns the server."""

@@ -10,10 +10,17 @@ Hooks, as of vLLM 0.32 (``vllm/v1/core/sched/scheduler.py``):
   We replace the list, after ``super().__init__()``, with a ``PolicyLookup``
   whose ``__getitem__`` asks the controller. ``num_speculative_tokens`` is
   never changed (KV lookahead and draft buffers are sized for it).
-* ``update_from_output(scheduler_output, model_runner_output)``: drafts and
-  acceptance are read *before* ``super()``, which trims the outputs of
-  requests that stop; the step is timed from ``schedule()`` to the end of the
-  update, or from the previous update when steps overlap (async scheduling).
+* ``update_from_output(scheduler_output, model_runner_output)``: every
+  decoding request's (K, proposal length, accepted), its verified and
+  context tokens are read *before* ``super()``, which trims the outputs of
+  requests that stop (``steps.read_step``). K is the one in force when the
+  drafts were proposed: the ``num_spec_tokens_to_schedule`` of the step
+  scheduled before, kept per scheduled output (async scheduling may
+  schedule the next step before this one's update). A step is timed only
+  when it is a clean decode step (no prefill) that verified at the K it
+  schedules next, from ``schedule()`` to the end of the update, or from the
+  previous update when steps overlap (async scheduling): a transition
+  step mixes the cost of two K.
 * With ``async_scheduling`` the engine needs an ``AsyncScheduler`` subclass,
   otherwise no drafts are verified, hence the factory.
 
@@ -25,20 +32,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from specdeploy.runtime.vllm_addon.assembly import Addon, ensure_logging, start_addon
 from specdeploy.runtime.vllm_addon.controller import KController
+from specdeploy.runtime.vllm_addon.self_time import SelfTimer, timing_requested
 from specdeploy.runtime.vllm_addon.settings import AddonSettings
-from specdeploy.runtime.vllm_addon.steps import is_pure_decode, step_drafts, verified_width
+from specdeploy.runtime.vllm_addon.steps import NO_DECODE, StepReading, is_pure_decode, read_step
 
 log = logging.getLogger("specdeploy.addon")
 
 _PENDING_LIMIT = 256
-"""Schedule start times kept for steps whose output has not come back yet."""
+"""Scheduled outputs remembered until their update (more means updates were lost)."""
 
 
 class PolicyLookup(list[int]):
@@ -58,6 +66,29 @@ class PolicyLookup(list[int]):
         return super().__getitem__(index)
 
 
+class TimedPolicyLookup(PolicyLookup):
+    """``PolicyLookup`` that adds its own time to the self-timer (``self_time``)."""
+
+    def __init__(self, entries: list[int], controller: KController, timer: SelfTimer) -> None:
+        super().__init__(entries, controller)
+        self.timer = timer
+
+    def __getitem__(self, index: Any) -> Any:
+        started = time.perf_counter_ns()
+        found = super().__getitem__(index)
+        self.timer.pending_ns += time.perf_counter_ns() - started
+        return found
+
+
+class _Scheduled(NamedTuple):
+    """What ``schedule()`` noted about one output for its update."""
+
+    started: int
+    """``time.perf_counter_ns()`` when ``schedule()`` was entered."""
+    k_proposed: int
+    """K the drafts this output verifies were proposed with (the previous output's)."""
+
+
 class _AddonMixin:
     """What both schedulers add to vLLM's (see the module docstring).
 
@@ -74,8 +105,10 @@ class _AddonMixin:
         super().__init__(*args, **kwargs)
         ensure_logging()
         self.specdeploy = None
-        self._sd_started: dict[int, float] = {}
-        self._sd_last_update = 0.0
+        self._sd_scheduled: dict[int, _Scheduled] = {}
+        self._sd_last_update = 0
+        self._sd_last_k = 0
+        self._sd_timer: SelfTimer | None = None
         built = self.__dict__.get("dynamic_sd_lookup")
         if built is None:
             log.warning(
@@ -84,30 +117,61 @@ class _AddonMixin:
             )
             return
         cfg: Any = self.vllm_config
+        settings = AddonSettings.from_env()
+        timer = SelfTimer(settings.pool) if timing_requested() else None
         self.specdeploy = start_addon(
-            AddonSettings.from_env(),
+            settings,
             list(built),
             num_speculative_tokens=int(self.num_spec_tokens),
             data_parallel_size=int(cfg.parallel_config.data_parallel_size),
+            timer=timer,
         )
-        self.__dict__["dynamic_sd_lookup"] = PolicyLookup(list(built), self.specdeploy.controller)
+        controller = self.specdeploy.controller
+        lookup: PolicyLookup
+        if timer is None:
+            lookup = PolicyLookup(list(built), controller)
+        else:
+            lookup = TimedPolicyLookup(list(built), controller, timer)
+            log.info("specdeploy: self-timing on (%s)", "SPECDEPLOY_ADDON_TIMING")
+        self._sd_timer = timer
+        self.__dict__["dynamic_sd_lookup"] = lookup
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         output = super().schedule(*args, **kwargs)  # type: ignore[misc]
         if self.specdeploy is not None:
-            pending = self._sd_started
+            timer = self._sd_timer
+            began = time.perf_counter_ns() if timer is not None else 0
+            pending = self._sd_scheduled
             if len(pending) >= _PENDING_LIMIT:
                 pending.clear()
-            pending[id(output)] = started
+            pending[id(output)] = _Scheduled(started, self._sd_last_k)
+            if output.num_scheduled_tokens:
+                self._sd_last_k = int(output.num_spec_tokens_to_schedule)
+            if timer is not None:
+                timer.pending_ns += time.perf_counter_ns() - began
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        drafts = step_drafts(scheduler_output, model_runner_output)
+        if self.specdeploy is None:
+            return super().update_from_output(  # type: ignore[misc]
+                scheduler_output, model_runner_output
+            )
+        timer = self._sd_timer
+        began = time.perf_counter_ns() if timer is not None else 0
+        scheduled = self._sd_scheduled.pop(id(scheduler_output), None)
+        k_proposed = self._sd_last_k if scheduled is None else scheduled.k_proposed
+        reading = read_step(scheduler_output, model_runner_output, k_proposed)
+        read_ns = time.perf_counter_ns() - began if timer is not None else 0
         outputs = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output
         )
-        self._specdeploy_step_done(scheduler_output, drafts)
+        resumed = time.perf_counter_ns() if timer is not None else 0
+        self._specdeploy_step_done(scheduler_output, scheduled, reading)
+        if timer is not None and scheduled is not None:
+            done = time.perf_counter_ns()
+            batch_size = len(scheduler_output.num_scheduled_tokens)
+            timer.end_step(batch_size, read_ns, done - resumed, done - scheduled.started)
         return outputs
 
     def shutdown(self) -> None:
@@ -116,25 +180,26 @@ class _AddonMixin:
         super().shutdown()  # type: ignore[misc]
 
     def _specdeploy_step_done(
-        self, scheduler_output: Any, drafts: tuple[tuple[int, int], ...]
+        self, scheduler_output: Any, scheduled: _Scheduled | None, reading: StepReading
     ) -> None:
         addon = self.specdeploy
-        if addon is None:
-            return
-        now = time.perf_counter()
-        started = self._sd_started.pop(id(scheduler_output), None)
+        assert addon is not None
+        now = time.perf_counter_ns()
         previous, self._sd_last_update = self._sd_last_update, now
         batch_size = len(scheduler_output.num_scheduled_tokens)
         if batch_size == 0:
             return
         k = int(scheduler_output.num_spec_tokens_to_schedule)
         clean = (
-            started is not None
+            scheduled is not None
+            and reading is not NO_DECODE
+            and reading.k == k
             and is_pure_decode(scheduler_output)
-            and verified_width(scheduler_output) == k
         )
-        seconds = now - max(started, previous) if clean and started is not None else None
-        addon.controller.step_done(batch_size, k, seconds, drafts)
+        seconds = None
+        if clean and scheduled is not None:
+            seconds = (now - max(scheduled.started, previous)) * 1e-9
+        addon.controller.finish_step(batch_size, k, seconds, reading)
 
 
 class SpecdeployScheduler(_AddonMixin, Scheduler):  # type: ignore[misc]  # vLLM is untyped here

@@ -38,7 +38,7 @@ from specdeploy.runtime.policy.base import KPolicy
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.profile import API_VERSION, KIND, ProfileError, ProfileSpec, parse_profile
-from specdeploy.runtime.schedule import ScheduleError, expand_lookup, itl_grid, k_values
+from specdeploy.runtime.schedule import ScheduleError, expand_lookup, k_values
 
 
 class TableError(ValueError):
@@ -65,6 +65,9 @@ class LoadedTable:
     profile_name: str
     digest: str
     """sha256 of the files' bytes: the same content is never reloaded."""
+    drafting_rate: float | None = None
+    """The profile's drafting rate at position 1 (``acceptance.draftingRate[0]``), when the
+    pool has a profile that records it: the reference of the drafting-rate warning."""
 
 
 def read_files(table_file: Path, profile_file: Path | None) -> tuple[bytes, bytes | None]:
@@ -110,6 +113,7 @@ def load_table(
     max_k = _max_k(doc, table_name, shape)
     schedule = _schedule(doc, table_name, max_k)
     policy: KPolicy | None
+    spec: ProfileSpec | None = None
     if kind is Policy.OFF:
         policy = None
     elif kind is Policy.FIXED:
@@ -121,13 +125,22 @@ def load_table(
         else:
             spec = _profile_spec(profile, profile_name)
             policy = _adaptive_policy(spec, lookup, shape, adaptive, profile_name)
+    if spec is None and profile is not None:
+        spec = _optional_profile_spec(profile, profile_name)
     return LoadedTable(
         policy_kind=kind.value,
         policy=policy,
         schedule=schedule,
         profile_name=doc.profile or "",
         digest=digest_of(table, profile),
+        drafting_rate=None if spec is None else drafting_rate_of(spec),
     )
+
+
+def drafting_rate_of(spec: ProfileSpec) -> float | None:
+    """The profile's drafting rate at position 1, when it records one."""
+    rates = spec.acceptance.drafting_rate
+    return float(rates[0]) if rates else None
 
 
 def clamp_map(allowed: Sequence[int], num_speculative_tokens: int) -> list[int]:
@@ -198,6 +211,15 @@ def _profile_spec(data: bytes | None, name: str) -> ProfileSpec:
         raise TableError(f"{name}: {err}") from None
 
 
+def _optional_profile_spec(data: bytes, name: str) -> ProfileSpec | None:
+    """The profile beside a table or fixed policy, which only the drafting-rate warning reads:
+    one that does not parse is ignored (the policy does not need it)."""
+    try:
+        return _profile_spec(data, name)
+    except TableError:
+        return None
+
+
 def _adaptive_policy(
     spec: ProfileSpec,
     lookup: list[int],
@@ -205,7 +227,8 @@ def _adaptive_policy(
     config: AdaptiveConfig,
     name: str,
 ) -> AdaptivePolicy:
-    """The profile's grid, restricted to the K values the engine allows."""
+    """The profile's full model (cost by verified tokens and context, acceptance, proposal
+    lengths, baseline), restricted to the K values the engine allows."""
     usable = sorted(set(k_values(spec)) & set(shape.allowed_k))
     if not usable:
         raise TableError(
@@ -215,9 +238,12 @@ def _adaptive_policy(
     clamp = clamp_map(usable, shape.num_speculative_tokens)
     fallback = [clamp[min(k, shape.num_speculative_tokens)] for k in lookup]
     try:
-        grid = itl_grid(spec, shape.max_batch_size)
-        return AdaptivePolicy(
-            grid, spec.acceptance.per_position, allowed_k=usable, fallback=fallback, config=config
+        return AdaptivePolicy.from_profile(
+            spec,
+            config,
+            max_batch_size=shape.max_batch_size,
+            allowed_k=usable,
+            fallback=fallback,
         )
     except ValueError as err:
         raise TableError(f"{name}: {err}") from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,7 +54,9 @@ class TableWatcher:
         on_table: Callable[[LoadedTable], None],
         on_error: Callable[[str], None],
         interval: float,
+        on_checked: Callable[[int], None] | None = None,
     ) -> None:
+        """``on_checked`` is told the nanoseconds each check of the thread took (self-timing)."""
         self.table_file = table_file
         self.profile_file = profile_file
         self._paths = (table_file,) if profile_file is None else (table_file, profile_file)
@@ -61,6 +64,7 @@ class TableWatcher:
         self._on_table = on_table
         self._on_error = on_error
         self.interval = interval
+        self._on_checked = on_checked
         self._seen: Signature | None = None
         self._digest: str | None = None
         self._stop = threading.Event()
@@ -101,4 +105,9 @@ class TableWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            if self._on_checked is None:
+                self.check()
+                continue
+            started = time.perf_counter_ns()
             self.check()
+            self._on_checked(time.perf_counter_ns() - started)

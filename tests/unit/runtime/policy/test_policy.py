@@ -17,7 +17,7 @@ from specdeploy.runtime.policy import (
     build_policy,
     static_lookup,
 )
-from specdeploy.runtime.policy.base import KPolicy
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.profile import load_profile
 from specdeploy.runtime.schedule import expand_lookup, itl_grid, k_values
 from tests.paths import EXAMPLES
@@ -39,7 +39,7 @@ def small_grid() -> FloatArray:
 
 def test_vanilla_never_speculates_and_learns_nothing() -> None:
     policy = VanillaPolicy()
-    policy.observe(4, 3, 0.01, [4, 3, 2], [3, 2, 1])
+    policy.observe(StepRecord(4, 3, 0.01, [4, 3, 2], [4, 3, 2], [3, 2, 1]))
     assert policy.name == "vanilla"
     assert {policy.choose_k(bs) for bs in range(0, 600)} == {0}
 
@@ -177,13 +177,15 @@ def test_fallback_outside_the_allowed_set_is_refused() -> None:
         ("switch_margin", -0.01),
         ("min_dwell_steps", -1),
         ("acceptance_half_life_tokens", 0.0),
-        ("acceptance_half_life_steps", float("nan")),
-        ("acceptance_prior_weight", 0.0),
-        ("itl_prior_weight", -1.0),
-        ("itl_global_share", 1.5),
-        ("itl_correction_min", 1.5),
-        ("explore_interval", -1),
-        ("explore_max_loss", 1.0),
+        ("acceptance_prior_weight", float("nan")),
+        ("change_z", 0.0),
+        ("acceptance_drift_per_step", -1e-6),
+        ("cost_prior_weight", -1.0),
+        ("cost_half_life_steps", 0.0),
+        ("throughput_half_life_steps", float("inf")),
+        ("explore_budget", 1.0),
+        ("explore_z", -1.0),
+        ("objective", "goodput"),
     ],
 )
 def test_config_out_of_range_names_the_field(field: str, value: float) -> None:
@@ -194,7 +196,8 @@ def test_config_out_of_range_names_the_field(field: str, value: float) -> None:
 def test_default_config_is_valid_and_frozen() -> None:
     config = AdaptiveConfig()
     assert config.recompute_interval == 64
-    assert 0.02 <= config.switch_margin <= 0.03
+    assert 0.0 < config.switch_margin <= 0.01
+    assert config.objective == "latency"
     with pytest.raises(AttributeError):
         config.switch_margin = 0.5  # type: ignore[misc]
 

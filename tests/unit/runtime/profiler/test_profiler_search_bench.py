@@ -57,6 +57,6 @@ def test_truth_is_a_jitter_free_profiling_repeat(bs: int, k: int) -> None:
     """The truth grid's ITL is what profile_cell measures without jitter (within 0.1%)."""
     preset = get_preset("llama70b-eagle3-mi300x")
     truth = true_goodput_grid(preset.name, 32)
-    al = acceptance_lengths(preset.acceptance.nominal(), preset.max_k)[k]
+    al = acceptance_lengths(preset.nominal_rates(), preset.max_k)[k]
     measured_itl_s = profile_cell(preset, bs, k, steps=32, seed=7).itl_ms / 1e3
     assert al / truth[bs, k] == pytest.approx(measured_itl_s, rel=1e-3)

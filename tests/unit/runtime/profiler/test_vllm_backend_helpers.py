@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from specdeploy.runtime.goodput import conditional_counts
 from specdeploy.runtime.profiler import vllm_backend as vb
 from specdeploy.runtime.profiler.backend import EngineOptions
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure
-from specdeploy.runtime.vllm_addon.steps import conditional_from_drafts
+from specdeploy.runtime.vllm_addon.steps import StepReading
 
 
 def _options(**changes: object) -> EngineOptions:
@@ -22,21 +21,42 @@ def _options(**changes: object) -> EngineOptions:
     return EngineOptions(**base)  # type: ignore[arg-type]
 
 
-def test_conditional_counts_need_earlier_positions_accepted() -> None:
-    # (drafted, accepted): all 3 accepted; first rejected; 2 drafted, 1 accepted.
-    drafted, accepted = conditional_from_drafts([(3, 3), (3, 0), (2, 1)], k=3)
-    assert drafted == [3, 2, 1]
-    assert accepted == [2, 1, 1]
+def _step(seconds: float, k: int, *requests: tuple[int, int, int], context: int = 0) -> Any:
+    verified = sum(1 + length for _, length, _ in requests)
+    return SimpleNamespace(seconds=seconds, reading=StepReading(k, requests, verified, context))
 
 
-def test_conditional_counts_match_the_reference_when_every_position_is_drafted() -> None:
-    per_seq = [0, 1, 2, 3, 3, 1]
-    assert conditional_from_drafts([(3, a) for a in per_seq], k=3) == conditional_counts(per_seq, 3)
+def test_a_cells_sample_counts_every_decoding_request_under_the_one_definition() -> None:
+    kept = [
+        _step(0.1, 2, (2, 2, 2), (2, 0, 0), context=300),  # one proposed nothing
+        _step(0.3, 2, (2, 2, 1), (2, 1, 0), context=302),
+    ]
+    sample, log = vb.sample_of(2, 2, kept)
+    assert sample.step_seconds == (0.1, 0.3)
+    assert (list(sample.drafted), list(sample.accepted)) == ([4, 2], [2, 1])
+    assert sample.proposed == (3, 2) and sample.offered == (3, 2) and sample.scheduled == (4, 4)
+    assert (sample.sequence_steps, sample.verified_tokens, sample.context_tokens) == (4, 9, 602)
+    assert log["drafting_rate"] == 0.75
+    assert log["drafts_per_seq_step"] == 5 / 4
+    assert sample_of_k0_has_no_counts()
 
 
-def test_counts_are_clamped_to_k_and_to_the_drafts() -> None:
-    assert conditional_from_drafts([(5, 7)], k=2) == ([1, 1], [1, 1])
-    assert conditional_from_drafts([], k=0) == ([], [])
+def sample_of_k0_has_no_counts() -> bool:
+    sample, log = vb.sample_of(1, 0, [_step(0.05, 0, (0, 0, 0), context=10)])
+    return (
+        sample.drafted == ()
+        and (sample.sequence_steps, sample.verified_tokens) == (1, 1)
+        and log["drafting_rate"] is None
+    )
+
+
+def test_the_baseline_engine_has_no_speculative_config() -> None:
+    options = _options(engine_args=("speculative_config.prompt_lookup_min=3", "max_model_len=512"))
+    kwargs = vb.engine_kwargs(
+        options, target="/m", draft=None, dtype="bfloat16", on_cpu=True, speculative=False
+    )
+    assert "speculative_config" not in kwargs
+    assert kwargs["max_model_len"] == 512
 
 
 def test_engine_arguments_force_the_lookup_for_every_batch_size() -> None:
@@ -122,21 +142,3 @@ def test_cpu_names_carry_model_cores_and_vector_width() -> None:
     name = vb.cpu_name()
     assert name.startswith("CPU-")
     assert vb.slug("AMD EPYC 7B13 64-Core Processor") == "AMD-EPYC-7B13-64-Core-Processor"
-
-
-@given(
-    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), max_size=40),
-    st.integers(0, 5),
-)
-def test_conditional_counts_match_the_definition_for_any_drafts(
-    pairs: list[tuple[int, int]], k: int
-) -> None:
-    """Position i is drafted when the request had >= i drafts and accepted the first i-1."""
-    drafted, accepted = [0] * k, [0] * k
-    for d, a in pairs:
-        d = min(d, k)
-        a = min(a, d)
-        for i in range(1, k + 1):
-            drafted[i - 1] += d >= i and a >= i - 1
-            accepted[i - 1] += a >= i
-    assert conditional_from_drafts(pairs, k) == (drafted, accepted)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from specdeploy.runtime.goodput import acceptance_lengths
@@ -67,9 +68,9 @@ def test_drift_moves_from_before_to_after_over_the_ramp() -> None:
     before, after = Profile((0.8, 0.7)), Profile((0.4, 0.3, 0.2))
     drift = Drifting(before, after, at=10.0, ramp=4.0)
     assert drift.positions == 3
-    assert drift.rates_at(0, 9.9).tolist() == pytest.approx([0.8, 0.7, 0.0])
-    assert drift.rates_at(0, 12.0).tolist() == pytest.approx([0.6, 0.5, 0.1])
-    assert drift.rates_at(0, 20.0).tolist() == pytest.approx([0.4, 0.3, 0.2])
+    assert list(drift.rates_at(0, 9.9)) == pytest.approx([0.8, 0.7, 0.0])
+    assert list(drift.rates_at(0, 12.0)) == pytest.approx([0.6, 0.5, 0.1])
+    assert list(drift.rates_at(0, 20.0)) == pytest.approx([0.4, 0.3, 0.2])
     by_step = Drifting(before, after, at=100, clock="steps")
     assert by_step.weight(99, 1e9) == 0.0
     assert by_step.weight(100, 0.0) == 1.0
@@ -86,9 +87,7 @@ def test_drift_sampler_follows_the_clock() -> None:
     assert sampler.accepted(u, mask, 1, 1, 6.0).tolist() == [0, 0, 0, 0]
 
 
-def test_bursty_acceptance_is_bursty_and_matches_its_nominal_mix() -> None:
-    model = NGRAM_CHAT
-    slots, steps, k = 64, 4000, 3
+def _bursty_counts(model: Bursty, slots: int, steps: int, k: int) -> npt.NDArray[np.int64]:
     rng = np.random.default_rng(11)
     sampler = model.sampler(slots, np.random.default_rng(12))
     sampler.admit(np.arange(slots))
@@ -96,17 +95,46 @@ def test_bursty_acceptance_is_bursty_and_matches_its_nominal_mix() -> None:
     counts = np.empty((steps, slots), dtype=np.int64)
     for t in range(steps):
         counts[t] = sampler.accepted(rng.random(slots), mask, k, t, 0.0)
-    nominal = model.nominal()
+    return counts
+
+
+def test_bursty_acceptance_matches_its_nominal_mix() -> None:
+    counts = _bursty_counts(NGRAM_CHAT, 64, 4000, 3)
     assert float(np.mean(counts + 1)) == pytest.approx(
-        float(acceptance_lengths(nominal, k)[k]), rel=0.03
+        float(acceptance_lengths(NGRAM_CHAT.nominal(), 3)[3]), rel=0.03
     )
-    # Bursts: a full acceptance is followed by another far more often than average.
-    full = counts == k
-    after_full = full[1:][full[:-1]].mean()
-    assert after_full > 2 * full.mean()
+
+
+def test_bursty_acceptance_comes_in_bursts() -> None:
+    model = Bursty(Profile((0.1, 0.1, 0.1)), Profile((0.95, 0.95, 0.95)), 0.04, 0.12)
+    full = _bursty_counts(model, 64, 4000, 3) == 3
+    # A full acceptance is followed by another far more often than average.
+    assert full[1:][full[:-1]].mean() > 2 * full.mean()
 
 
 def test_bursty_stationary_fraction() -> None:
     b = Bursty(Profile((0.1,)), Profile((0.9,)), p_enter=0.1, p_exit=0.3)
     assert b.hit_fraction == pytest.approx(0.25)
     assert b.nominal()[0] == pytest.approx(0.75 * 0.1 + 0.25 * 0.9)
+
+
+def test_mixture_gives_each_request_one_class_and_pools_like_the_counts() -> None:
+    from specdeploy.runtime.sim.acceptance import ClassedSampler, Mixture
+
+    high, low = Profile((0.9, 0.8)), Profile((0.3, 0.2))
+    mix = Mixture((high, low), (0.25, 0.75))
+    sampler = mix.sampler(4000, np.random.default_rng(2))
+    assert isinstance(sampler, ClassedSampler)
+    sampler.admit(np.arange(4000))
+    classes = sampler.slot_classes.copy()
+    assert float(np.mean(classes == 0)) == pytest.approx(0.25, abs=0.02)
+    u = np.random.default_rng(3).random(4000)
+    counts = sampler.accepted(u, np.ones(4000, dtype=bool), 2, 0, 0.0)
+    assert np.array_equal(sampler.slot_classes, classes)  # a request keeps its class
+    # Pooled counts estimate the mixture's conditional rates.
+    reached1, acc1 = 4000, int(np.sum(counts >= 1))
+    acc2 = int(np.sum(counts >= 2))
+    assert acc1 / reached1 == pytest.approx(mix.nominal()[0], abs=0.02)
+    assert acc2 / acc1 == pytest.approx(mix.nominal()[1], abs=0.03)
+    with pytest.raises(ValueError):
+        Mixture((high,), (0.5,))

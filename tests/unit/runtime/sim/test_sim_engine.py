@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
 
 from specdeploy.runtime.goodput import acceptance_length, conditional_counts
-from specdeploy.runtime.policy.base import KPolicy
+from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy
 from specdeploy.runtime.sim.acceptance import Drifting, Profile
+from specdeploy.runtime.sim.drafts import NgramDrafter
 from specdeploy.runtime.sim.engine import EngineConfig, simulate
 from specdeploy.runtime.sim.presets import get_preset
 from specdeploy.runtime.sim.workload import (
     ClosedLoop,
+    Lengths,
     OpenLoop,
     OscillatingLoop,
     PiecewiseRate,
@@ -38,15 +40,10 @@ class Recording:
         self.asked.append(batch_size)
         return self.ks[len(self.asked) % len(self.ks)]
 
-    def observe(
-        self,
-        batch_size: int,
-        k: int,
-        step_seconds: float | None,
-        drafted: Sequence[int],
-        accepted: Sequence[int],
-    ) -> None:
-        self.calls.append((batch_size, k, step_seconds, list(drafted), list(accepted)))
+    def observe(self, step: StepRecord) -> None:
+        self.calls.append(
+            (step.batch_size, step.k, step.step_seconds, list(step.reached), list(step.accepted))
+        )
 
 
 def test_fixed_k_is_a_k_policy() -> None:
@@ -125,10 +122,16 @@ def test_policy_sees_batch_size_and_conditional_counts() -> None:
     assert result.trace is not None
     assert len(policy.calls) == 300
     assert policy.asked == result.trace.batch_size.tolist()
-    for (bs, k, seconds, drafted, accepted), n_dec in zip(
-        policy.calls, result.trace.decode_seqs.tolist(), strict=True
+    for (bs, k, seconds, drafted, accepted), n_dec, prefill in zip(
+        policy.calls,
+        result.trace.decode_seqs.tolist(),
+        result.trace.prefill_tokens.tolist(),
+        strict=True,
     ):
-        assert bs == 24 and seconds is not None and seconds > 0
+        assert bs == 24
+        # Timed only when no prefill rode along, as the vLLM add-on times steps.
+        assert (seconds is None) == (prefill > 0)
+        assert seconds is None or seconds > 0
         assert len(drafted) == len(accepted) == k
         if k:
             assert drafted[0] == n_dec
@@ -233,3 +236,150 @@ def test_oscillating_loop_flickers_the_scheduled_batch_without_starving_anyone()
     assert result.mean_latency_s < 100 * result.mean_step_seconds
     with pytest.raises(ValueError):
         OscillatingLoop(low=5, high=4)
+
+
+@dataclass
+class Observing:
+    """A fixed K that keeps every StepRecord."""
+
+    k: int
+    name: str = "observing"
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def choose_k(self, batch_size: int) -> int:
+        return self.k
+
+    def observe(self, step: StepRecord) -> None:
+        self.steps.append(step)
+
+
+def test_prefill_steps_reach_observe_untimed_and_clean_decode_steps_timed() -> None:
+    rate = PiecewiseRate(((0.0, 30.0),))
+    policy = Observing(3)
+    result = LLAMA.simulate(policy, OpenLoop(rate), duration_s=5.0, seed=16, trace=True)
+    tr = result.trace
+    assert tr is not None
+    with_prefill = tr.prefill_tokens > 0
+    assert with_prefill.any() and (~with_prefill).any()
+    timed = np.array([s.step_seconds is not None for s in policy.steps])
+    assert np.array_equal(timed, ~with_prefill)
+    clean = [s.step_seconds for s in policy.steps if s.step_seconds is not None]
+    assert clean == pytest.approx(tr.seconds[~with_prefill].tolist())
+
+
+def test_step_records_carry_verified_and_context_tokens_of_the_decoding_sequences() -> None:
+    policy = Observing(2)
+    result = LLAMA.simulate(policy, ClosedLoop(16), steps=200, seed=17, trace=True)
+    tr = result.trace
+    assert tr is not None
+    for step, n_dec, ctx in zip(policy.steps, tr.decode_seqs, tr.context, strict=True):
+        assert step.decode_sequences == n_dec
+        assert step.verified_tokens == 3 * n_dec  # EAGLE-3 proposes K: 1 + K each
+        assert step.context_tokens == ctx
+        assert step.scheduled == ([n_dec] * 2 if n_dec else [0, 0])
+    assert result.verified_tokens == 3 * result.decode_seq_steps
+    assert result.context_tokens == int(tr.context.sum())
+    assert np.array_equal(result.reached, result.proposed)
+
+
+def test_ngram_verifies_only_what_it_proposed_and_counts_missing_drafts_as_rejected() -> None:
+    preset = get_preset("llama8b-ngram-a100")
+    proposals = preset.proposal_model
+    result = preset.simulate(FixedPolicy(4), ClosedLoop(64), steps=1500, seed=18, trace=True)
+    tr = result.trace
+    assert tr is not None
+    pure = tr.prefill_tokens == 0
+    per_seq = tr.verified[pure].sum() / tr.decode_seqs[pure].sum()
+    assert per_seq == pytest.approx(1.0 + sum(proposals.survival(4)), rel=0.03)
+    assert np.all(tr.verified <= 5 * tr.decode_seqs)
+    assert result.drafting_rate()[:4] == pytest.approx(proposals.drafting_rate(4), abs=0.02)
+    assert result.proposal_survival()[:4] == pytest.approx(proposals.survival(4), abs=0.02)
+    # a_i (missing = rejected) is q_i times the acceptance given a proposal.
+    observed = result.acceptance_per_position()[:4]
+    assert observed == pytest.approx(preset.nominal_rates()[:4], abs=0.03)
+    given = preset.acceptance.nominal()[:4]
+    assert np.all(observed < np.asarray(given))
+
+
+def test_fewer_verified_tokens_make_ngram_steps_cheaper_than_full_proposals() -> None:
+    from specdeploy.runtime.sim.proposals import ALWAYS_FULL
+
+    preset = get_preset("llama8b-ngram-a100")
+    kw = {"steps": 600, "seed": 19}
+    lookup = preset.simulate(FixedPolicy(5), ClosedLoop(128), **kw)  # type: ignore[arg-type]
+    full = preset.simulate(FixedPolicy(5), ClosedLoop(128), proposals=ALWAYS_FULL, **kw)  # type: ignore[arg-type]
+    assert lookup.mean_step_seconds < 0.8 * full.mean_step_seconds
+
+
+def test_open_loop_arrivals_do_not_depend_on_the_policy() -> None:
+    # K=0 and K=5 take very different steps; both must serve the same requests.
+    rate = PiecewiseRate(((0.0, 20.0), (3.0, 2.0)))
+    workload = OpenLoop(rate, fixed(30), fixed(60), horizon_s=6.0)
+    slow = LLAMA.simulate(FixedPolicy(0), workload, seed=20, trace=True)
+    fast = LLAMA.simulate(FixedPolicy(5), workload, seed=20, trace=True)
+    assert slow.requests is not None and fast.requests is not None
+    assert slow.sim_seconds > 1.2 * fast.sim_seconds
+    assert sorted(slow.requests.arrival) == sorted(fast.requests.arrival)
+    assert slow.completed_requests == fast.completed_requests > 50
+    assert slow.total_tokens == fast.total_tokens == 60 * slow.completed_requests
+
+
+def test_a_rollout_drains_every_request_and_reports_its_makespan() -> None:
+    from specdeploy.runtime.sim.workload import Rollout
+
+    workload = Rollout(40, fixed(64), Lengths(100.0, 1.0, 8, 2000))
+    result = LLAMA.simulate(FixedPolicy(3), workload, seed=21, trace=True)
+    tr = result.trace
+    assert tr is not None
+    assert result.completed_requests == 40
+    assert result.end_time == pytest.approx(result.sim_seconds)  # no idle time in a drain
+    assert tr.batch_size[0] == 40 and tr.batch_size[-1] == 1  # it drained to one straggler
+
+
+def test_piecewise_graphs_cost_only_a_pod_with_a_table_on_the_v1_runner() -> None:
+    kw = {"steps": 300, "seed": 22, "trace": True}
+    v1 = replace(LLAMA, model_runner="v1")
+    plain = v1.simulate(FixedPolicy(3), ClosedLoop(8), **kw)  # type: ignore[arg-type]
+    table = v1.simulate(FixedPolicy(3), ClosedLoop(8), piecewise=True, **kw)  # type: ignore[arg-type]
+    vanilla = v1.simulate(None, ClosedLoop(8), speculative=False, **kw)  # type: ignore[arg-type]
+    assert plain.trace is not None and table.trace is not None and vanilla.trace is not None
+    per_layer = v1.overheads.per_layer_s * v1.model.layers
+    assert table.trace.seconds - plain.trace.seconds == pytest.approx(
+        np.full(300, per_layer), rel=1e-9
+    )
+    assert plain.total_tokens == table.total_tokens
+    with pytest.raises(ValueError, match="table"):
+        LLAMA.simulate(None, ClosedLoop(8), speculative=False, piecewise=True, steps=5)
+    # Vanilla pays neither the table's graphs nor speculation's overheads.
+    assert vanilla.mean_step_seconds < plain.mean_step_seconds
+    # vLLM 0.32 runs EAGLE-3 on the V2 runner, which keeps full graphs with a table.
+    assert LLAMA.runner == "v2"
+    v2_plain = LLAMA.simulate(FixedPolicy(3), ClosedLoop(8), **kw)  # type: ignore[arg-type]
+    v2_table = LLAMA.simulate(FixedPolicy(3), ClosedLoop(8), piecewise=True, **kw)  # type: ignore[arg-type]
+    assert v2_table.sim_seconds == v2_plain.sim_seconds
+
+
+@pytest.mark.parametrize(
+    ("method", "runner"), [("ngram", "v2"), ("eagle3", "v2"), ("suffix", "v1")]
+)
+def test_the_runner_is_vllms_choice_for_the_method(method: str, runner: str) -> None:
+    drafter = replace(NgramDrafter(), method=method)
+    assert replace(LLAMA, drafter=drafter).runner == runner
+    with pytest.raises(ValueError, match="model_runner"):
+        replace(LLAMA, model_runner="v3")
+
+
+def test_every_change_of_k_pays_the_switch_cost() -> None:
+    from dataclasses import replace
+
+    from specdeploy.runtime.sim.costs import Overheads
+
+    free = replace(LLAMA, overheads=Overheads(k_switch_s=0.0))
+    kw = {"steps": 200, "seed": 23, "trace": True}
+    paid = LLAMA.simulate(Recording(ks=(1, 3)), ClosedLoop(8), **kw)  # type: ignore[arg-type]
+    gratis = free.simulate(Recording(ks=(1, 3)), ClosedLoop(8), **kw)  # type: ignore[arg-type]
+    assert paid.trace is not None and gratis.trace is not None
+    changes = np.flatnonzero(np.diff(paid.trace.k) != 0) + 1
+    extra = paid.trace.seconds - gratis.trace.seconds
+    assert extra[changes] == pytest.approx(np.full(changes.size, 1e-3), rel=1e-9)
+    assert np.delete(extra, changes)[1:] == pytest.approx(0.0, abs=1e-15)

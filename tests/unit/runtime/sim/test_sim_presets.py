@@ -65,13 +65,15 @@ def test_seed_dense_in_the_engine_fixed_k3_loses_to_vanilla_at_256_and_best_k_wi
     vanilla = _tokens_per_s("seed-dense", 256, None)
     fixed3 = _tokens_per_s("seed-dense", 256, 3)
     fixed1 = _tokens_per_s("seed-dense", 256, 1)
-    assert fixed3 < 0.95 * vanilla
-    assert fixed1 > vanilla  # the right K is still (slightly) worth it
-    assert fixed1 > 1.1 * fixed3
+    assert fixed3 < 0.85 * vanilla
+    # The calibrated model puts the best K within a few percent of vanilla at 256
+    # (the seed measured +1.8%: README, "What make demo shows").
+    assert 0.95 * vanilla < fixed1 < 1.05 * vanilla
+    assert fixed1 > 1.2 * fixed3
 
 
 def test_seed_dense_speculation_wins_big_at_small_batch() -> None:
-    assert _tokens_per_s("seed-dense", 4, 3) > 1.8 * _tokens_per_s("seed-dense", 4, None)
+    assert _tokens_per_s("seed-dense", 4, 3) > 1.6 * _tokens_per_s("seed-dense", 4, None)
 
 
 def test_seed_moe_in_the_engine_prefers_more_drafts_at_mid_batch_than_at_batch_one() -> None:

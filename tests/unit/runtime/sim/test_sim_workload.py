@@ -1,4 +1,4 @@
-"""Workloads: length distributions, arrival rates and Poisson arrivals."""
+"""Workloads: length distributions, arrival rates and pre-drawn Poisson arrivals."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ from specdeploy.runtime.sim.workload import (
     MT_BENCH_PROMPT,
     SHAREGPT_OUTPUT,
     SHAREGPT_PROMPT,
+    ArrivalPlan,
     ClosedLoop,
     ConstantRate,
     Lengths,
+    OpenLoop,
     PiecewiseRate,
     RequestStream,
+    Rollout,
     SinusoidalRate,
-    arrivals,
     fixed,
+    is_finite,
 )
 
 
@@ -62,11 +65,46 @@ def test_rate_shapes() -> None:
     assert wave(45.0) == 0.0  # floored, never negative
 
 
-def test_poisson_arrivals_average_the_rate() -> None:
-    rng = np.random.default_rng(4)
-    rate = ConstantRate(50.0)
-    counts = [len(arrivals(rate, t, t + 0.1, rng)) for t in np.arange(0.0, 200.0, 0.1)]
-    assert float(np.mean(counts)) == pytest.approx(5.0, rel=0.03)
-    times = arrivals(rate, 3.0, 4.0, rng)
-    assert list(times) == sorted(times) and all(3.0 <= t < 4.0 for t in times)
-    assert arrivals(ConstantRate(0.0), 0.0, 10.0, rng) == ()
+def test_poisson_arrivals_average_the_rate_of_each_phase() -> None:
+    rate = PiecewiseRate(((0.0, 50.0), (100.0, 5.0)))
+    plan = ArrivalPlan(rate, np.random.default_rng(4))
+    times = plan.pop_until(200.0)
+    assert times == sorted(times)
+    first, second = sum(t < 100.0 for t in times), sum(t >= 100.0 for t in times)
+    assert first == pytest.approx(5000, rel=0.05)
+    assert second == pytest.approx(500, rel=0.15)
+    assert ArrivalPlan(ConstantRate(0.0), np.random.default_rng(1)).pop_until(50.0) == []
+
+
+def test_arrival_times_do_not_depend_on_how_often_the_engine_asks() -> None:
+    # One caller asks after every short step, another after long ones: same arrivals.
+    rate = ConstantRate(30.0)
+    fine = ArrivalPlan(rate, np.random.default_rng(7))
+    coarse = ArrivalPlan(rate, np.random.default_rng(7))
+    asked_often = [t for i in range(1, 2001) for t in fine.pop_until(i * 0.013)]
+    asked_rarely = [t for i in range(1, 27) for t in coarse.pop_until(i * 1.0)]
+    asked_rarely = [t for t in asked_rarely if t <= 2000 * 0.013]
+    assert asked_often == asked_rarely
+    assert len(asked_often) > 600
+
+
+def test_arrival_plan_stops_at_the_horizon_and_says_when_it_is_exhausted() -> None:
+    plan = ArrivalPlan(ConstantRate(20.0), np.random.default_rng(3), horizon_s=2.5)
+    times = plan.pop_until(100.0)
+    assert times and max(times) < 2.5
+    assert plan.next_time() is None
+    fresh = ArrivalPlan(ConstantRate(20.0), np.random.default_rng(3), horizon_s=2.5)
+    first = fresh.next_time()
+    assert first == times[0]
+    assert fresh.pop_until(first) == [first]  # next_time does not consume
+
+
+def test_finite_workloads_are_rollouts_and_open_loops_with_a_horizon() -> None:
+    assert is_finite(Rollout(8, fixed(4), fixed(4)))
+    assert is_finite(OpenLoop(ConstantRate(1.0), horizon_s=10.0))
+    assert not is_finite(OpenLoop(ConstantRate(1.0)))
+    assert not is_finite(ClosedLoop(4))
+    with pytest.raises(ValueError):
+        Rollout(0, fixed(4), fixed(4))
+    with pytest.raises(ValueError):
+        OpenLoop(ConstantRate(1.0), horizon_s=0.0)

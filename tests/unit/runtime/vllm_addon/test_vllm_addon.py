@@ -16,11 +16,15 @@ import pytest
 import yaml
 
 from specdeploy.runtime.policy.adaptive import AdaptivePolicy
+from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.vllm_addon.assembly import AddonRefused, start_addon
-from specdeploy.runtime.vllm_addon.controller import KController
+from specdeploy.runtime.vllm_addon.controller import SLOW_TICK_STEPS, KController
+from specdeploy.runtime.vllm_addon.drafting import DraftingRateWatch, Drift
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics, batch_bucket_label
+from specdeploy.runtime.vllm_addon.self_time import TIMING_ENV, SelfTimer, timing_requested
 from specdeploy.runtime.vllm_addon.settings import AddonSettings, SettingsError
+from specdeploy.runtime.vllm_addon.steps import NO_DECODE, StepReading
 from specdeploy.runtime.vllm_addon.table_source import (
     EngineShape,
     LoadedTable,
@@ -236,17 +240,171 @@ def test_a_raising_policy_falls_back_to_vllm_logs_once_and_counts(
     assert sample(metrics, "specdeploy_policy_errors_total", pool="pool") == 3
 
 
-def test_steps_feed_the_policy_with_conditional_counts() -> None:
+class Recording(FixedPolicy):
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.seen: list[StepRecord] = []
+
+    def observe(self, step: StepRecord) -> None:
+        self.seen.append(step)
+
+
+def test_steps_feed_the_policy_with_reached_counts() -> None:
     c = KController(VLLM_LOOKUP, SHAPE)
-    seen: list[tuple[Any, ...]] = []
-
-    class Recording(FixedPolicy):
-        def observe(self, *args: Any) -> None:
-            seen.append(args)
-
-    c.install(LoadedTable("fixed", Recording(3), (), "", "d"))
+    policy = Recording(3)
+    c.install(LoadedTable("fixed", policy, (), "", "d"))
     c.step_done(2, 3, 0.02, [(3, 3), (3, 0)])
-    assert seen == [(2, 3, 0.02, [2, 1, 1], [1, 1, 1])]
+    (step,) = policy.seen
+    assert (step.batch_size, step.k, step.step_seconds) == (2, 3, 0.02)
+    assert (step.reached, step.proposed, step.accepted) == ([2, 1, 1], [2, 1, 1], [1, 1, 1])
+
+
+def test_a_request_without_a_draft_counts_as_reached_and_rejected() -> None:
+    """One definition: a missing draft is a rejection, so a_1 = 1/3 here, not 1/2."""
+    metrics = AddonMetrics("pool", 3)
+    c = KController(VLLM_LOOKUP, SHAPE, metrics)
+    policy = Recording(3)
+    c.install(LoadedTable("fixed", policy, (), "", "d"))
+    reading = StepReading(3, ((3, 0, 0), (3, 3, 1), (3, 2, 0)), 1 + 4 + 3, 900)
+    c.finish_step(3, 3, 0.05, reading)
+    (step,) = policy.seen
+    assert step == StepRecord(
+        3, 3, 0.05, [3, 1, 0], [2, 1, 0], [1, 0, 0], 3, 8, 900, [2, 2, 1], [3, 3, 3]
+    )
+    assert (
+        sample(metrics, "specdeploy_draft_positions_reached_total", pool="pool", position="1") == 3
+    )
+    assert sample(metrics, "specdeploy_draft_tokens_total", pool="pool", position="1") == 2
+    assert sample(metrics, "specdeploy_accepted_tokens_total", pool="pool", position="1") == 1
+    assert sample(metrics, "specdeploy_verified_tokens_total", pool="pool") == 8
+    assert sample(metrics, "specdeploy_decode_sequence_steps_total", pool="pool") == 3
+
+
+class Judging(Recording):
+    """A policy that prices plain decoding (as ``AdaptivePolicy`` does with a baseline)."""
+
+    def __init__(self, k: int, gain: float | None) -> None:
+        super().__init__(k)
+        self.gain = gain
+        self.asked: list[int] = []
+
+    def gain_over_vanilla(self, batch_size: int) -> float | None:
+        self.asked.append(batch_size)
+        return self.gain
+
+
+@pytest.mark.parametrize("gain", [0.91, None])
+def test_the_pod_exports_its_predicted_gain_over_plain_decoding(gain: float | None) -> None:
+    """The live signal of the operator's floor, refreshed on the slow tick only."""
+    metrics = AddonMetrics("pool", 3)
+    c = KController(VLLM_LOOKUP, SHAPE, metrics)
+    policy = Judging(3, gain)
+    c.install(LoadedTable("fixed", policy, (), "", "d"))
+    for _ in range(SLOW_TICK_STEPS - 1):
+        c.step_done(5, 3, 0.02, [(3, 1)] * 5)
+    assert policy.asked == []
+    c.step_done(5, 3, 0.02, [(3, 1)] * 5)
+    assert policy.asked == [5]
+    value = metrics.registry.get_sample_value(
+        "specdeploy_predicted_gain_over_vanilla", {"pool": "pool"}
+    )
+    assert value == gain
+
+
+def test_a_step_without_decoding_requests_is_observed_untimed_and_uncounted() -> None:
+    c = KController(VLLM_LOOKUP, SHAPE)
+    policy = Recording(3)
+    c.install(LoadedTable("fixed", policy, (), "", "d"))
+    c.finish_step(4, 2, None, NO_DECODE)
+    assert policy.seen == [StepRecord(4, 2, None)]
+
+
+def _drafting_controller(rate: float | None) -> tuple[KController, AddonMetrics]:
+    metrics = AddonMetrics("pool", 3)
+    c = KController(VLLM_LOOKUP, SHAPE, metrics)
+    c.install(LoadedTable("table", TablePolicy(VLLM_LOOKUP), (), "", "d", drafting_rate=rate))
+    return c, metrics
+
+
+def _drafting_steps(c: KController, steps: int, proposing: int, of: int = 10) -> None:
+    """``steps`` steps of ``of`` decoding requests at K=1, ``proposing`` of them with a draft."""
+    requests = tuple((1, 1 if i < proposing else 0, 0) for i in range(of))
+    for _ in range(steps):
+        c.finish_step(of, 1, None, StepReading(1, requests, of + proposing, 0))
+
+
+def test_a_drafting_rate_that_leaves_the_profiles_warns_once_per_state_and_is_exported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c, metrics = _drafting_controller(0.3)
+    assert sample(metrics, "specdeploy_drafting_rate_profile", pool="pool") == 0.3
+    window = DraftingRateWatch(None).window
+    with caplog.at_level(logging.INFO, logger="specdeploy.addon"):
+        _drafting_steps(c, window // 10, proposing=3)  # 0.3: within
+        _drafting_steps(c, 3 * window // 10, proposing=1)  # 0.1 for three windows
+        _drafting_steps(c, window // 10, proposing=3)  # back
+    lines = [r for r in caplog.records if "drafting rate" in r.message]
+    assert [r.levelname for r in lines] == ["WARNING", "INFO"]
+    assert "0.100 is below the profile's 0.300" in lines[0].getMessage()
+    assert sample(metrics, "specdeploy_drafting_rate", pool="pool") == pytest.approx(0.3)
+    assert sample(metrics, "specdeploy_drafting_rate_drift", pool="pool") == 0
+    windows = "specdeploy_drafting_rate_drift_windows_total"
+    assert sample(metrics, windows, pool="pool", direction="below") == 3
+
+
+def test_drafting_rate_noise_within_the_tolerance_is_no_drift() -> None:
+    watch = DraftingRateWatch(0.3, window=100)
+    assert watch.add(60, 20) is None
+    verdict = watch.add(40, 15)  # 35/100 = 0.35: inside 0.10 (and 3 standard errors)
+    assert verdict is not None and verdict.state is Drift.WITHIN and not verdict.changed
+    assert watch.judge(0.55, 100) is Drift.ABOVE
+    assert watch.judge(0.2, 10) is Drift.WITHIN  # 3 SE at n=10 is 0.43
+
+
+def test_without_a_profile_drafting_rate_nothing_is_judged() -> None:
+    c, metrics = _drafting_controller(None)
+    _drafting_steps(c, 300, proposing=0)
+    assert (
+        metrics.registry.get_sample_value("specdeploy_drafting_rate_drift", {"pool": "pool"})
+        is None
+    )
+
+
+def test_the_table_carries_the_profiles_drafting_rate_whatever_the_policy() -> None:
+    profile = profile_spec()
+    profile["acceptance"]["draftingRate"] = [0.25] * len(profile["acceptance"]["perPosition"])
+    assert load(table_doc("table"), profile).drafting_rate == 0.25
+    assert load(table_doc("adaptive"), profile).drafting_rate == 0.25
+    assert load(table_doc("table"), {"not": "a profile"}).drafting_rate is None
+    assert load(table_doc("table")).drafting_rate is None
+
+
+def test_the_self_timer_exports_the_addons_share_per_bucket_and_part() -> None:
+    timer = SelfTimer("pool")
+    metrics = AddonMetrics("pool", 3)
+    timer.register(metrics.registry)
+    timer.pending_ns += 2_000
+    timer.end_step(4, 1_000, 2_000, 1_000_000)
+    timer.end_step(4, 3_000, 2_000, 1_000_000)
+    timer.watcher_checked(7_000)
+    assert timer.totals() == {2: ((2_000, 4_000, 4_000), 2_000_000, 2)}
+    labels = {"pool": "pool", "batch_bucket": "3-4"}
+    own = "specdeploy_addon_self_seconds_total"
+    assert sample(metrics, own, part="read", **labels) == pytest.approx(4e-6)
+    assert sample(metrics, own, part="schedule", **labels) == pytest.approx(2e-6)
+    assert sample(metrics, "specdeploy_addon_step_wall_seconds_total", **labels) == pytest.approx(
+        2e-3
+    )
+    assert sample(metrics, "specdeploy_addon_timed_steps_total", **labels) == 2
+    assert sample(metrics, "specdeploy_addon_watcher_seconds_total", pool="pool") == pytest.approx(
+        7e-6
+    )
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("on", True), ("", False), ("0", False)])
+def test_self_timing_is_off_unless_asked_for(value: str, on: bool) -> None:
+    assert timing_requested({TIMING_ENV: value}) is on
+    assert timing_requested({}) is False
 
 
 def test_a_rejected_table_is_logged_once_per_reason_and_counted(
@@ -389,8 +547,8 @@ def test_metrics_are_served_over_http_with_the_step_data(unused_port: int) -> No
     metrics = AddonMetrics("NVIDIA-H200", 3)
     server = metrics.serve(unused_port, "127.0.0.1")
     try:
-        metrics.step(6, 2, 0.03, [4, 3, 0], [3, 1, 0])
-        metrics.step(6, 2, None, [1, 0, 0], [0, 0, 0])
+        metrics.step(2, StepRecord(6, 2, 0.03, [6, 3], [4, 3], [3, 1], 6, 13, 600))
+        metrics.step(2, StepRecord(6, 2, None, [6, 0], [1, 0], [0, 0], 6, 7, 600))
         metrics.table_installed(1, "adaptive", "p-1", "abcdef0123456789")
         url = f"http://127.0.0.1:{unused_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -398,7 +556,9 @@ def test_metrics_are_served_over_http_with_the_step_data(unused_port: int) -> No
     finally:
         server.shutdown()
     assert 'specdeploy_steps_total{k="2",pool="NVIDIA-H200"} 2.0' in text
+    assert 'specdeploy_draft_positions_reached_total{pool="NVIDIA-H200",position="1"} 12.0' in text
     assert 'specdeploy_draft_tokens_total{pool="NVIDIA-H200",position="1"} 5.0' in text
+    assert 'specdeploy_verified_tokens_total{pool="NVIDIA-H200"} 20.0' in text
     assert 'specdeploy_accepted_tokens_total{pool="NVIDIA-H200",position="2"} 1.0' in text
     assert 'specdeploy_step_seconds_count{batch_bucket="5-8",k="2",pool="NVIDIA-H200"} 1.0' in text
     assert 'specdeploy_k{pool="NVIDIA-H200"} 2.0' in text
@@ -430,3 +590,20 @@ def test_the_readme_documents_every_setting_and_only_those() -> None:
     expected = {PodEnv(ENV_PREFIX + key.upper()).value for key in settings.KEYS}
     assert documented == expected
     assert "SPECDEPLOY_CONFIG_FILE" in section
+
+
+def test_the_step_time_histogram_is_cumulative_with_prometheus_bucket_edges() -> None:
+    metrics = AddonMetrics("pool", 2)
+    for seconds in (0.01, 0.015, 0.02, 9.0):  # 0.01 and 0.02 are bucket edges: le includes them
+        metrics.step(1, StepRecord(3, 1, seconds, [3], [1], [1], 3, 4, 0))
+    labels = {"pool": "pool", "batch_bucket": "3-4", "k": "1"}
+    bucket = "specdeploy_step_seconds_bucket"
+    assert sample(metrics, bucket, le="0.005", **labels) == 0
+    assert sample(metrics, bucket, le="0.01", **labels) == 1
+    assert sample(metrics, bucket, le="0.02", **labels) == 3
+    assert sample(metrics, bucket, le="5.12", **labels) == 3
+    assert sample(metrics, bucket, le="+Inf", **labels) == 4
+    assert sample(metrics, "specdeploy_step_seconds_count", **labels) == 4
+    assert sample(metrics, "specdeploy_step_seconds_sum", **labels) == pytest.approx(9.045)
+    assert sample(metrics, "specdeploy_steps_total", pool="pool", k="1") == 4
+    assert sample(metrics, "specdeploy_batch_size", pool="pool") == 3

@@ -1,0 +1,157 @@
+"""The per-step series as plain integers, turned into Prometheus families only when scraped.
+
+Every engine step updates a dozen series (steps by K, the K and batch size
+in force, reached/proposed/accepted per position, verified tokens,
+sequence-steps, the step-time histogram). With ``prometheus_client``'s own
+objects each update takes a lock (about 0.35 us on the CPU box here, 15-20
+of them per step); the add-on promises to cost nothing on the engine's
+critical path, so the step only adds to Python lists here, and the
+registry calls ``collect`` on the metrics thread at scrape time. A scrape
+may see one step's update half applied (reached counted, accepted not yet):
+the series stay monotonic and the difference is one step.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+from specdeploy.runtime.policy.base import StepRecord
+
+
+def bucket_of(batch_size: int) -> int:
+    """Power-of-two batch-size bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ... (0, 1, 2, ...)."""
+    return (batch_size - 1).bit_length()
+
+
+def bucket_bounds(bucket: int) -> tuple[int, int]:
+    """Inclusive batch-size range of a bucket."""
+    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
+
+
+def batch_bucket_label(batch_size: int) -> str:
+    """The power-of-two bucket of a batch size as a label: "1", "2", "3-4", "5-8", ..."""
+    lo, hi = bucket_bounds(bucket_of(max(batch_size, 1)))
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+class StepSeries(Collector):
+    """The add-on's per-step counters, gauges and step-time histogram (module docstring)."""
+
+    def __init__(self, pool: str, max_k: int, seconds_buckets: Sequence[float]) -> None:
+        self.pool = pool
+        self.max_k = max_k
+        self.bounds = tuple(seconds_buckets)
+        self.steps_by_k = [0] * (max_k + 1)
+        self.k_now: int | None = None
+        self.batch_size_now: int | None = None
+        self.reached = [0] * max_k
+        self.proposed = [0] * max_k
+        self.accepted = [0] * max_k
+        self.totals = [0, 0]
+        """Verified tokens, decode sequence-steps."""
+        self.seconds: dict[tuple[int, int], list[float]] = {}
+        """(batch bucket, K) -> per-bound counts (the last one is +Inf), then the sum."""
+
+    def record(self, k: int, record: StepRecord) -> None:
+        """One finished step: ``k`` the K chosen for it, ``record`` what it verified. Hot path."""
+        if 0 <= k <= self.max_k:
+            self.steps_by_k[k] += 1
+        self.k_now = k
+        self.batch_size_now = record.batch_size
+        if record.decode_sequences:
+            totals = self.totals
+            totals[0] += record.verified_tokens
+            totals[1] += record.decode_sequences
+            _add(self.reached, record.reached)
+            _add(self.proposed, record.proposed)
+            _add(self.accepted, record.accepted)
+        seconds = record.step_seconds
+        if seconds is not None:
+            key = (bucket_of(record.batch_size if record.batch_size > 0 else 1), record.k)
+            row = self.seconds.get(key)
+            if row is None:
+                row = self.seconds[key] = [0.0] * (len(self.bounds) + 2)
+            row[bisect_left(self.bounds, seconds)] += 1
+            row[-1] += seconds
+
+    def collect(self) -> Iterator[Any]:
+        pool = self.pool
+        steps = CounterMetricFamily(
+            "specdeploy_steps", "Engine steps, by the K chosen", labels=["pool", "k"]
+        )
+        for k, n in enumerate(self.steps_by_k):
+            steps.add_metric([pool, str(k)], n)
+        yield steps
+        for name, value, doc in (
+            ("specdeploy_k", self.k_now, "K chosen for the latest step"),
+            ("specdeploy_batch_size", self.batch_size_now, "Scheduled requests in the latest step"),
+        ):
+            if value is not None:
+                gauge = GaugeMetricFamily(name, doc, labels=["pool"])
+                gauge.add_metric([pool], value)
+                yield gauge
+        for name, values, doc in (
+            (
+                "specdeploy_draft_positions_reached",
+                self.reached,
+                "Decoding sequences that reached a draft position (K >= i, earlier ones "
+                "accepted), proposed or not",
+            ),
+            (
+                "specdeploy_draft_tokens",
+                self.proposed,
+                "Draft tokens proposed at a reached position",
+            ),
+            ("specdeploy_accepted_tokens", self.accepted, "Draft tokens accepted, by position"),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["pool", "position"])
+            for i, n in enumerate(values):
+                if n:
+                    family.add_metric([pool, str(i + 1)], n)
+            yield family
+        verified, sequence_steps = self.totals
+        for name, value, doc in (
+            (
+                "specdeploy_verified_tokens",
+                verified,
+                "Tokens verified by decoding sequences (1 + proposal length each)",
+            ),
+            (
+                "specdeploy_decode_sequence_steps",
+                sequence_steps,
+                "Decoding sequences summed over steps (the denominator of tokens per sequence)",
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["pool"])
+            family.add_metric([pool], value)
+            yield family
+        yield self._histogram()
+
+    def _histogram(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "specdeploy_step_seconds",
+            "Step time of clean decode steps (no prefill, K unchanged), by batch-size bucket and K",
+            labels=["pool", "batch_bucket", "k"],
+        )
+        edges = [*(repr(float(b)) for b in self.bounds), "+Inf"]
+        for (bucket, k), row in sorted(self.seconds.items()):
+            running, cumulative = 0.0, []
+            for edge, n in zip(edges, row[:-1], strict=True):
+                running += n
+                cumulative.append((edge, running))
+            label = batch_bucket_label(bucket_bounds(bucket)[1])
+            family.add_metric([self.pool, label, str(k)], cumulative, row[-1])
+        return family
+
+
+def _add(total: list[int], counts: Sequence[int]) -> None:
+    """``total[i] += counts[i]`` (positions past maxK dropped)."""
+    n = len(total)
+    for i, c in enumerate(counts):
+        if i < n:
+            total[i] += c
