@@ -246,6 +246,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"specdeploy profile: error: {reason}", file=sys.stderr)
         write_termination_message(reason, args.termination_log)
         return int(ExitCode.INVALID_ARGUMENTS)
+    if args.from_raw is None:
+        for line in options.sampling.precision_warnings():
+            print(f"specdeploy profile: warning: {line}", file=sys.stderr)
     return execute(options)
 
 

@@ -68,6 +68,8 @@ class CellSample:
     sequence_steps: int | None = None
     verified_tokens: int | None = None
     context_tokens: int | None = None
+    prompts: Sequence[str] = field(default_factory=tuple)
+    """Names of the prompts the repeat decoded (empty: the backend does not say)."""
 
 
 class ProfilerBackend(Protocol):

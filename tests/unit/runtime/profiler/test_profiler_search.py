@@ -187,7 +187,7 @@ def test_a_clearly_losing_cell_stops_repeating_before_its_interval_is_narrow() -
 def test_settle_repeats_the_two_contenders_of_a_close_call_only() -> None:
     # K=3 and K=4 within 0.2% of each other; K=0 far behind; 2% step spread.
     al = acceptance_lengths(RATES, len(RATES))
-    goodput = {0: 100.0, 3: 180.0, 4: 180.3}
+    goodput = {0: 100.0, 3: 180.0, 4: 180.3, 5: 150.0}
     backend = NoisyBackend(lambda bs, k: float(al[k]) / goodput[k], spread=0.02)
     grid = Grid(backend, Sampling(steps=16), max_k=5, smallest_batch_size=1)
     for k in (0, 3, 4):
@@ -198,6 +198,8 @@ def test_settle_repeats_the_two_contenders_of_a_close_call_only() -> None:
     assert after[0] == before[0]
     assert after[3] > before[3] and after[4] > before[4]
     assert all(grid.cells[(1, k)].repeats >= 2 for k in (3, 4))
+    # the leader's unmeasured neighbour (K=5) is measured once, not repeated
+    assert grid.cells[(1, 5)].repeats == 1
 
 
 # --- on the simulator ----------------------------------------------------------
