@@ -134,6 +134,12 @@ def register(subparsers: Any) -> None:
     grid.add_argument("--ci", type=float, default=0.01, help="stop at this relative CI half-width")
     grid.add_argument("--dataset", help="mt-bench | sharegpt | FILE.jsonl (default mt-bench)")
     grid.add_argument("--prompts", type=_positive, help="conversations to load")
+    grid.add_argument(
+        "--min-prompts",
+        type=_positive,
+        default=32,
+        help="vllm: distinct prompts each repeat of a cell decodes at least (default 32)",
+    )
     grid.add_argument("--seed", type=int, default=0)
     grid.add_argument(
         "--baseline",
@@ -207,6 +213,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
             gpu_type=args.gpu_type,
             seed=args.seed,
             engine_args=tuple(args.engine_arg),
+            min_prompts=args.min_prompts,
             cache_dir=args.cache_dir,
         )
     return ProfileOptions(

@@ -166,6 +166,8 @@ class EngineOptions:
     conversations: tuple[Conversation, ...] = field(default=(), repr=False)
     engine_args: tuple[str, ...] = ()
     """Extra vLLM engine arguments, ``key=value``."""
+    min_prompts: int = 32
+    """Distinct prompts each repeat of a cell decodes at least (the vllm backend)."""
     cache_dir: Path | None = None
 
 

@@ -53,7 +53,7 @@ from specdeploy.runtime.profiler.backend import MeasuresBaseline, MeasuresContex
 from specdeploy.runtime.profiler.document import provisional_spec
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.grid import BatchTooLarge, Grid, Strategy
-from specdeploy.runtime.profiler.sampling import CLOSE_CALL_REPEATS
+from specdeploy.runtime.profiler.sampling import CLOSE_CALL_REPEATS, CellStats
 from specdeploy.runtime.schedule import REGRET_TOLERANCE as schedule_tolerance
 from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
 
@@ -263,9 +263,9 @@ def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
         # less than it, and the schedule's tie rule takes the smaller K.
         return min(few, key=lambda c: (c.repeats, c.k)).k, grid.sampling.rel_ci
     if spread - gap <= REGRET_TOLERANCE:
-        return None
+        return _tie_target(grid, bs, lead)
     if not open_cells:
-        return None
+        return _tie_target(grid, bs, lead)
     wider = max(open_cells, key=lambda c: se[c.k])
     other = se[runner.k if wider is lead else lead.k]
     budget = (REGRET_TOLERANCE + gap) / z
@@ -275,6 +275,29 @@ def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
     # (cost ~ 1/se^2); the other is repeated on the next turn if needed.
     se_target = max(math.sqrt(max(budget**2 - other**2, 0.0)), budget / math.sqrt(2))
     return wider.k, max(z * se_target, 1e-4)
+
+
+def _tie_target(grid: Grid, bs: int, lead: CellStats) -> tuple[int, float] | None:
+    """A smaller K the schedule's tie rule would pick over the leader on its interval
+    alone (``schedule.break_ties``): repeat the wider of the two, so that a cell
+    explored once is not a tie merely because one repeat says little."""
+    g_lead = grid.goodput(bs, lead.k)
+    for k in grid.measured_ks(bs):
+        if k >= lead.k:
+            break
+        cell = grid.cells[(bs, k)]
+        g = grid.goodput(bs, k)
+        width = math.hypot(
+            g_lead * lead.relative_half_width(grid.sampling.z),
+            g * cell.relative_half_width(grid.sampling.z),
+        )
+        if g_lead - g < width - REGRET_TOLERANCE * g_lead:
+            open_cells = [c for c in (lead, cell) if c.repeats < grid.sampling.max_repeats]
+            if not open_cells:
+                return None
+            wider = max(open_cells, key=lambda c: c.relative_half_width(grid.sampling.z))
+            return wider.k, grid.sampling.rel_ci
+    return None
 
 
 def verify(grid: Grid, sizes: list[int]) -> bool:
