@@ -131,6 +131,12 @@ def register(subparsers: Any) -> None:
     grid.add_argument("--steps", type=_positive, default=32, help="decode steps per repeat")
     grid.add_argument("--min-repeats", type=_positive, help="default: exhaustive 5, smart 1")
     grid.add_argument("--max-repeats", type=_positive, default=16)
+    grid.add_argument(
+        "--max-steps-factor",
+        type=_positive,
+        default=8,
+        help="a repeat asks for at most this many times --steps (the budget of one repeat)",
+    )
     grid.add_argument("--ci", type=float, default=0.01, help="stop at this relative CI half-width")
     grid.add_argument("--dataset", help="mt-bench | sharegpt | FILE.jsonl (default mt-bench)")
     grid.add_argument("--prompts", type=_positive, help="conversations to load")
@@ -197,6 +203,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         min_repeats=min_repeats,
         max_repeats=max(args.max_repeats, min_repeats),
         rel_ci=args.ci,
+        max_steps_factor=args.max_steps_factor,
     )
     engine = None
     if args.backend == "vllm" and args.model:

@@ -130,6 +130,7 @@ class Grid:
         """One more repeat of a measured cell, sized to reach ``rel_ci`` (a close call)."""
         stats = self.cells[(batch_size, k)]
         stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats, rel_ci)))
+        self._report(stats, f"K={k} repeat {stats.repeats}")
         return stats
 
     def measure_baseline(self, batch_size: int) -> CellStats | None:
