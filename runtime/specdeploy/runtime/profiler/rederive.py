@@ -11,7 +11,7 @@ Raw files written since the counts follow the one definition say
 offered and scheduled per position, the sequence-steps, the tokens
 verified and the context read: they are read as they are.
 
-Older raw files (the shipped ``profiles/smollm2-135m-ngram-cpu.raw.json``)
+Older raw files (``tests/data/profiles/smollm2-135m-ngram-cpu-2026-11-29.raw.json``)
 have per cell ``drafted``/``accepted`` counted only where the drafter
 proposed (position i counted when the proposal reached i and positions
 < i were accepted) and ``stepSeconds``. From those, exactly:
