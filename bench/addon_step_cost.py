@@ -177,11 +177,13 @@ def server(
     log: Path,
     allowed_k: str = "all",
     timing: bool = True,
+    speculative_config: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """vLLM's OpenAI server with the profile's table, and the add-on serving ``policy``.
 
     ``allowed_k``: the add-on's K set (``SPECDEPLOY_ALLOWED_K``); ``timing``: its
-    self-timing of the hooks (``SPECDEPLOY_ADDON_TIMING``).
+    self-timing of the hooks (``SPECDEPLOY_ADDON_TIMING``); without
+    ``speculative_config``, plain vLLM (no speculation, no add-on: ``policy`` None).
     """
     spec = profile["spec"]
     max_k = int(spec["fingerprint"]["maxK"])
@@ -200,8 +202,11 @@ def server(
         *("--served-model-name", "smollm2", "--port", str(http), "--host", "127.0.0.1"),
         *("--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", "16"),
         *("--enforce-eager", "--gpu-memory-utilization", "0.5"),
-        *("--speculative-config", json.dumps(speculative)),
     ]
+    if speculative_config:
+        cmd += ["--speculative-config", json.dumps(speculative)]
+    elif policy is not None:
+        raise ValueError("the add-on needs a speculative config")
     if policy is not None:
         doc = {"policy": policy, "maxK": max_k, "fixedK": None, "schedule": table}
         (folder / "table.json").write_text(json.dumps(doc))
@@ -268,7 +273,7 @@ def bench_client(
     result: dict[str, Any] = main(args)
     keep = ("completed", "duration", "total_output_tokens", "output_throughput")
     found = {k: result[k] for k in keep if k in result}
-    for k in ("mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "mean_ttft_ms"):
+    for k in ("mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "median_itl_ms", "mean_ttft_ms"):
         if k in result:
             found[k] = result[k]
     return found

@@ -131,9 +131,21 @@ def register(subparsers: Any) -> None:
     grid.add_argument("--steps", type=_positive, default=32, help="decode steps per repeat")
     grid.add_argument("--min-repeats", type=_positive, help="default: exhaustive 5, smart 1")
     grid.add_argument("--max-repeats", type=_positive, default=16)
+    grid.add_argument(
+        "--max-steps-factor",
+        type=_positive,
+        default=8,
+        help="a repeat asks for at most this many times --steps (the budget of one repeat)",
+    )
     grid.add_argument("--ci", type=float, default=0.01, help="stop at this relative CI half-width")
     grid.add_argument("--dataset", help="mt-bench | sharegpt | FILE.jsonl (default mt-bench)")
     grid.add_argument("--prompts", type=_positive, help="conversations to load")
+    grid.add_argument(
+        "--min-prompts",
+        type=_positive,
+        default=32,
+        help="vllm: distinct prompts each repeat of a cell decodes at least (default 32)",
+    )
     grid.add_argument("--seed", type=int, default=0)
     grid.add_argument(
         "--baseline",
@@ -191,6 +203,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         min_repeats=min_repeats,
         max_repeats=max(args.max_repeats, min_repeats),
         rel_ci=args.ci,
+        max_steps_factor=args.max_steps_factor,
     )
     engine = None
     if args.backend == "vllm" and args.model:
@@ -207,6 +220,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
             gpu_type=args.gpu_type,
             seed=args.seed,
             engine_args=tuple(args.engine_arg),
+            min_prompts=args.min_prompts,
             cache_dir=args.cache_dir,
         )
     return ProfileOptions(
@@ -246,6 +260,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"specdeploy profile: error: {reason}", file=sys.stderr)
         write_termination_message(reason, args.termination_log)
         return int(ExitCode.INVALID_ARGUMENTS)
+    if args.from_raw is None:
+        for line in options.sampling.precision_warnings():
+            print(f"specdeploy profile: warning: {line}", file=sys.stderr)
     return execute(options)
 
 

@@ -4,14 +4,16 @@ The first test saves an untrained head (seconds) and checks that vLLM loads
 that layout and drafts with it, accepting almost none of its drafts. The
 second trains a small head (the ``QUICK`` recipe, ~3.5 min; cached
 afterwards) and checks vLLM accepts its drafts well above that. Both
-measure through ``specdeploy profile --backend vllm`` (batch 4, K 1-3, 32
-steps each: 384 first-position drafts) and read its raw file.
+measure through ``specdeploy profile --backend vllm`` (batch 4, K 1-3, at least 32
+steps each: >= 384 first-position drafts) and read its raw file.
 
-Measured here (2026-12-01): first-position acceptance, pooled over K 1-3,
-6/384 = 1.6% untrained and 48/384 = 12.5% for ``QUICK``, identical over
-three ``--seed`` values (greedy decoding of the same prompts is
-deterministic here, so the spread is across machines and builds, not runs).
-The thresholds sit at 3x the untrained rate and about half the trained one.
+Measured here (2026-12-01, the profiler's issue-13 prompts: waves of 16
+tokens, first turns resumed mid-answer and second turns, 8 conversations):
+first-position acceptance, pooled over K 1-3, 0 of ~440 untrained and
+30/444 = 6.8% for ``QUICK`` (on the older first-tokens-only prompts:
+1.6% and 12.5%; the head was trained on first turns). Greedy decoding of
+the same prompts is deterministic here. The thresholds sit at 2% for the
+untrained head and at about 0.6x the trained rate.
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ print(eagle.ensure_head(target=Path(sys.argv[1]), recipe=eagle.QUICK))
 
 
 BATCH, STEPS = 4, 32
-UNTRAINED_AT_MOST = 0.05
-TRAINED_AT_LEAST = 0.07
+UNTRAINED_AT_MOST = 0.02
+TRAINED_AT_LEAST = 0.04
 
 
 def _engine_runs(
@@ -53,7 +55,7 @@ def _engine_runs(
         *("profile", "--backend", "vllm", "--model", target, "--method", "eagle"),
         *("--draft-model", head, "--max-k", "3", "--batch-sizes", str(BATCH)),
         *("--search", "exhaustive", "--min-repeats", "1", "--max-repeats", "1"),
-        *("--steps", str(STEPS), "--prompts", "8", "--no-baseline"),
+        *("--steps", str(STEPS), "--prompts", "8", "--no-baseline", "--min-prompts", "8"),
         *("--out", str(out / "profile.yaml"), "--raw", str(out / "raw.json")),
         *("--termination-log", str(out / "termination-log")),
         script="specdeploy",
@@ -84,14 +86,15 @@ def test_vllm_loads_and_drafts_with_a_saved_head(
     runs = _engine_runs(in_venv, smollm2, str(head), tmp_path)
     assert runs[(BATCH, 3)]["draftsPerSeqStep"] == 3  # an EAGLE head always proposes K
     accepted, drafted = first_position(runs)
-    assert drafted == 3 * BATCH * STEPS
-    assert accepted / drafted <= UNTRAINED_AT_MOST
+    assert drafted == BATCH * sum(len(r["stepSeconds"]) for (_, k), r in runs.items() if k)
+    assert drafted >= 3 * BATCH * STEPS
+    assert accepted / drafted <= UNTRAINED_AT_MOST, (accepted, drafted)
 
 
 def test_a_trained_head_is_accepted(in_venv: VenvRunner, smollm2: str, tmp_path: Path) -> None:
     head = in_venv("-c", TRAIN_QUICK, smollm2, timeout=1800).stdout.strip().splitlines()[-1]
     runs = _engine_runs(in_venv, smollm2, head, tmp_path)
     accepted, drafted = first_position(runs)
-    assert drafted == 3 * BATCH * STEPS
+    assert drafted >= 3 * BATCH * STEPS
     # Far from usable (~0.4 would be), but well above an untrained head.
     assert accepted / drafted >= TRAINED_AT_LEAST

@@ -103,7 +103,8 @@ class StepCostModel:
         contexts = [c.context_per_sequence for c in cells]
         reference = float(np.average(contexts, weights=[c.weight for c in cells]))
         spread = min(contexts) > 0 and max(contexts) / min(contexts) >= MIN_CONTEXT_SPREAD
-        gamma = _fit_gamma(cells) if spread else 0.0
+        axis = _context_axis(cells)
+        gamma = _fit_gamma(axis) if spread and axis else 0.0
         columns = {
             k: _column([c for c in cells if c.k == k], gamma, reference)
             for k in sorted({c.k for c in cells})
@@ -189,6 +190,24 @@ class StepCostModel:
         result: FloatArray = np.maximum(grid, 1e-6)
         result[0] = np.nan
         return result
+
+
+def _context_axis(cells: Sequence[Cell]) -> list[Cell]:
+    """The cells of every (batch size, K) measured at contexts ``MIN_CONTEXT_SPREAD``
+    apart: only there is the context slope identified. Cells that differ in
+    context only incidentally, one per (batch size, K) (a repeat that ran longer
+    read more context), say nothing about it: with one intercept per
+    (batch size, K) the slope would be whatever least squares makes of noise."""
+    groups: dict[tuple[int, int], list[Cell]] = {}
+    for c in cells:
+        groups.setdefault((c.batch_size, c.k), []).append(c)
+    out: list[Cell] = []
+    for group in groups.values():
+        contexts = [c.context_per_sequence for c in group]
+        spread = min(contexts) > 0 and max(contexts) / min(contexts) >= MIN_CONTEXT_SPREAD
+        if len(group) >= 2 and spread:
+            out.extend(group)
+    return out
 
 
 def _fit_gamma(cells: Sequence[Cell]) -> float:

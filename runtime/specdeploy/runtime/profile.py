@@ -106,6 +106,10 @@ class Measurement(WireModel):
     sequence, ``draftingRate`` the share of sequence-steps with a draft at
     position 1. Profiles made before these fields existed lack them; the
     cost model then assumes K + 1 verified tokens and no context axis.
+    ``prompts`` counts the distinct prompts decoded. ``itlHalfWidthMs`` is
+    the 95% half-width of ``itlMs`` (batch means and repeats, t quantiles):
+    where two K's goodput intervals overlap the schedule takes the smaller K
+    (``schedule.derive_schedule``).
     """
 
     batch_size: StrictInt = Field(ge=1)
@@ -116,6 +120,9 @@ class Measurement(WireModel):
     verified_tokens: float | None = Field(default=None, ge=1, allow_inf_nan=False)
     context_tokens: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     drafting_rate: Rate | None = None
+    itl_half_width_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    prompts: int | None = Field(default=None, ge=1)
+    """Distinct prompts the cell decoded (a measured profile needs >= 30 per cell)."""
 
 
 class Baseline(WireModel):
@@ -131,6 +138,7 @@ class Baseline(WireModel):
     itl_ms: float = Field(gt=0, allow_inf_nan=False)
     samples: int = Field(default=1, ge=1)
     context_tokens: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    itl_half_width_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
 class Acceptance(WireModel):

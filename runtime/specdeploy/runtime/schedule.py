@@ -48,6 +48,7 @@ ints (no bools, no floats), and entries already sorted.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
@@ -264,10 +265,79 @@ def compress(best: Sequence[int] | IntArray) -> list[Range]:
     return ranges
 
 
+REGRET_TOLERANCE = 0.0075
+"""Goodput a settled close call may plausibly lose (the search's target is 1%)."""
+
+
 def derive_schedule(spec: ProfileSpec, max_batch_size: int | None = None) -> list[Range]:
-    """The goodput-optimal schedule: contiguous ranges from 1 to max_bs, equal K merged."""
+    """The goodput-optimal schedule: contiguous ranges from 1 to max_bs, equal K merged.
+
+    Where the profile records step-time intervals (``itlHalfWidthMs``), a
+    smaller K that the best K does not beat beyond the interval of their
+    difference is a tie the measurements cannot break, and it wins: it
+    drafts less for what may be the same gain (``break_ties``).
+    """
     goodput = goodput_grid(spec, max_batch_size)
-    return compress(best_k_per_batch_size(goodput, allowed=k_values(spec)))
+    best = best_k_per_batch_size(goodput, allowed=k_values(spec))
+    relative = relative_half_widths(spec, goodput.shape[0] - 1, goodput.shape[1])
+    if relative is not None:
+        best = break_ties(goodput, relative, best, allowed=k_values(spec))
+    return compress(best)
+
+
+def relative_half_widths(spec: ProfileSpec, max_batch_size: int, columns: int) -> FloatArray | None:
+    """Relative 95% half-width of each K's step time per batch size, shape (max_bs + 1,
+    columns): measured at the cells that record one, nearest measured batch size
+    in log scale elsewhere (0 for a K without any); None when no cell records one."""
+    measured: dict[int, list[tuple[int, float]]] = {}
+    for m in spec.measurements:
+        if m.itl_half_width_ms is not None and m.k < columns:
+            measured.setdefault(m.k, []).append((m.batch_size, m.itl_half_width_ms / m.itl_ms))
+    if not measured:
+        return None
+    out = np.zeros((max_batch_size + 1, columns))
+    sizes = np.log(np.arange(1, max_batch_size + 1, dtype=np.float64))
+    for k, points in measured.items():
+        points.sort()
+        xs = np.log(np.array([bs for bs, _ in points], dtype=np.float64))
+        ys = np.array([r for _, r in points])
+        nearest = np.abs(sizes[:, None] - xs[None, :]).argmin(axis=1)
+        out[1:, k] = ys[nearest]
+    return out
+
+
+def break_ties(
+    goodput: FloatArray,
+    relative: FloatArray,
+    best: IntArray,
+    allowed: Sequence[int] | None = None,
+) -> IntArray:
+    """At each batch size, the smallest allowed K the measurements cannot tell from
+    the chosen one: its lead is inside the 95% interval of their difference
+    by more than ``REGRET_TOLERANCE`` (``relative``: each cell's relative
+    half-width; the difference's is their root sum of squares, the cells
+    being measured apart). That is the profiler's own test for a settled
+    close call (``search.settle``): a call it settled keeps its leader, one
+    the budget left open goes to the K that drafts less. Adding half-widths
+    instead would call a 2% lead of two +-1% cells a tie and give 2% away."""
+    out = best.copy()
+    ks = sorted(range(goodput.shape[1]) if allowed is None else allowed)
+    for bs in range(1, goodput.shape[0]):
+        chosen = int(best[bs])
+        lead = goodput[bs, chosen]
+        if not np.isfinite(lead):
+            continue
+        for k in ks:
+            if k >= chosen:
+                break
+            g = goodput[bs, k]
+            if not np.isfinite(g):
+                continue
+            width = math.hypot(lead * relative[bs, chosen], g * relative[bs, k])
+            if lead - g < width - REGRET_TOLERANCE * lead:
+                out[bs] = k
+                break
+    return out
 
 
 def derive_profile(doc: SpeculationProfile) -> SpeculationProfile:

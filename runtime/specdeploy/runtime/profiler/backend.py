@@ -68,6 +68,8 @@ class CellSample:
     sequence_steps: int | None = None
     verified_tokens: int | None = None
     context_tokens: int | None = None
+    prompts: Sequence[str] = field(default_factory=tuple)
+    """Names of the prompts the repeat decoded (empty: the backend does not say)."""
 
 
 class ProfilerBackend(Protocol):
@@ -164,6 +166,8 @@ class EngineOptions:
     conversations: tuple[Conversation, ...] = field(default=(), repr=False)
     engine_args: tuple[str, ...] = ()
     """Extra vLLM engine arguments, ``key=value``."""
+    min_prompts: int = 32
+    """Distinct prompts each repeat of a cell decodes at least (the vllm backend)."""
     cache_dir: Path | None = None
 
 

@@ -17,6 +17,7 @@ before it is returned, so an invalid profile never leaves the profiler.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from specdeploy.runtime.goodput import DraftCounts
@@ -55,7 +56,15 @@ def measurement(stats: CellStats) -> Measurement:
         verified_tokens=None if verified is None else round(max(verified, 1.0), 4),
         context_tokens=None if context is None else round(context, 1),
         drafting_rate=None if rate is None else round(rate, 4),
+        itl_half_width_ms=_half_width_ms(stats),
+        prompts=len(stats.prompts) or None,
     )
+
+
+def _half_width_ms(stats: CellStats) -> float | None:
+    """The cell's 95% half-width of ``itlMs``; None when it has no finite interval."""
+    hw = stats.half_width()
+    return round(hw * 1e3, 4) if math.isfinite(hw) else None
 
 
 def baseline_row(stats: CellStats) -> Baseline:
@@ -66,6 +75,7 @@ def baseline_row(stats: CellStats) -> Baseline:
         itl_ms=round(stats.itl_ms, 4),
         samples=stats.samples,
         context_tokens=None if context is None else round(context, 1),
+        itl_half_width_ms=_half_width_ms(stats),
     )
 
 

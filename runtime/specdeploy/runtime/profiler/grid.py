@@ -20,6 +20,7 @@ lets the search drop them). At the smallest batch size it is: nothing fits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
@@ -129,6 +130,7 @@ class Grid:
         """One more repeat of a measured cell, sized to reach ``rel_ci`` (a close call)."""
         stats = self.cells[(batch_size, k)]
         stats.add(self._one_repeat(batch_size, k, self.sampling.steps_for(stats, rel_ci)))
+        self._report(stats, f"K={k} repeat {stats.repeats}")
         return stats
 
     def measure_baseline(self, batch_size: int) -> CellStats | None:
@@ -170,11 +172,54 @@ class Grid:
         return stats
 
     def goodput_bounds(self, batch_size: int, k: int) -> tuple[float, float]:
-        """95% bounds of the cell's goodput (its step time's CI; acceptance as pooled)."""
+        """95% bounds of the cell's goodput: its step time's interval and the pooled
+        acceptance length's, taken together (the lower bound pairs the shorter
+        acceptance length with the longer step)."""
         stats = self.cells[(batch_size, k)]
         al = float(acceptance_lengths(self.per_position(), self.max_k)[k])
+        spread = self.sampling.z * self.acceptance_length_sd(k)
         hw = stats.half_width(self.sampling.z)
-        return al / (stats.mean_seconds + hw), al / max(stats.mean_seconds - hw, 1e-12)
+        low = max(al - spread, 1.0) / (stats.mean_seconds + hw)
+        return low, (al + spread) / max(stats.mean_seconds - hw, 1e-12)
+
+    def acceptance_dispersion(self) -> float:
+        """How many times the binomial variance acceptance varies by (>= 1).
+
+        Sequence-steps of one prompt are not independent draws: a prompt that
+        repeats itself drafts and accepts throughout. Pearson's chi-square of
+        the repeats' position-1 counts around the pooled rate, per degree of
+        freedom, measures that over-dispersion (1.0 with fewer than 2 repeats
+        or no spread).
+        """
+        repeats = [r for s in self.cells.values() for r in s.repeat_first if r[0] > 0]
+        reached = sum(r for r, _ in repeats)
+        if len(repeats) < 2 or reached == 0:
+            return 1.0
+        rate = sum(a for _, a in repeats) / reached
+        if not 0.0 < rate < 1.0:
+            return 1.0
+        chi2 = sum((a - n * rate) ** 2 / (n * rate * (1.0 - rate)) for n, a in repeats)
+        return max(chi2 / (len(repeats) - 1), 1.0)
+
+    def acceptance_length_sd(self, k: int) -> float:
+        """Standard error of the pooled acceptance length at ``k`` (delta method over
+        the per-position rates, binomial variance times ``acceptance_dispersion``)."""
+        if k <= 0:
+            return 0.0
+        reached, accepted = self.draft_counts()
+        rates = [accepted[i] / reached[i] if reached[i] else 0.0 for i in range(k)]
+        prefix, products = 1.0, []
+        for a in rates:
+            prefix *= a
+            products.append(prefix)
+        dispersion = self.acceptance_dispersion()
+        var = 0.0
+        for i, a in enumerate(rates):
+            if not reached[i] or not 0.0 < a < 1.0:
+                continue
+            derivative = sum(products[i:]) / a  # d AL / d a_i
+            var += derivative**2 * a * (1.0 - a) / reached[i] * dispersion
+        return math.sqrt(var)
 
     def _one_repeat(self, batch_size: int, k: int, steps: int) -> CellSample:
         try:
@@ -200,6 +245,7 @@ class Grid:
         if not rivals:
             return False
         al = float(acceptance_lengths(self.per_position(), self.max_k)[stats.k])
+        al += self.sampling.z * self.acceptance_length_sd(stats.k)
         upper = al / max(stats.mean_seconds - stats.half_width(self.sampling.z), 1e-12)
         return upper < max(self.goodput_bounds(bs, k)[0] for k in rivals)
 

@@ -11,7 +11,7 @@ Raw files written since the counts follow the one definition say
 offered and scheduled per position, the sequence-steps, the tokens
 verified and the context read: they are read as they are.
 
-Older raw files (the shipped ``profiles/smollm2-135m-ngram-cpu.raw.json``)
+Older raw files (``tests/data/profiles/smollm2-135m-ngram-cpu-2026-11-29.raw.json``)
 have per cell ``drafted``/``accepted`` counted only where the drafter
 proposed (position i counted when the proposal reached i and positions
 < i were accepted) and ``stepSeconds``. From those, exactly:
@@ -204,7 +204,12 @@ def _timed(cell: Mapping[str, Any], at: str) -> CellStats:
     if bs < 1 or k < 0 or not seconds or any(not math.isfinite(t) or t <= 0 for t in seconds):
         raise RawFileError(f"{at}: batchSize >= 1, k >= 0 and positive step times needed")
     means = cell.get("repeatMeans") or [sum(seconds) / len(seconds)]
-    return CellStats(bs, k, step_seconds=seconds, repeat_means=[float(m) for m in means])
+    lengths = [int(n) for n in cell.get("repeatSteps") or []]
+    first = [(int(r), int(a)) for r, a in cell.get("repeatFirstPosition") or []]
+    return CellStats(
+        bs, k, step_seconds=seconds, repeat_means=[float(m) for m in means],
+        repeat_steps=lengths, repeat_first=first, prompts=set(cell.get("prompts") or []),
+    )  # fmt: skip
 
 
 def _counts(cell: Mapping[str, Any], name: str, at: str) -> list[int]:

@@ -292,6 +292,8 @@ def raw_cell(s: CellStats) -> dict[str, Any]:
         "halfWidthMs": s.half_width() * 1e3,
         "repeats": s.repeats,
         "repeatMeans": s.repeat_means,
+        "repeatSteps": s.repeat_steps,
+        "repeatFirstPosition": [list(r) for r in s.repeat_first],
         "stepSeconds": s.step_seconds,
         "reached": s.drafted,
         "proposed": s.proposed,
@@ -302,6 +304,7 @@ def raw_cell(s: CellStats) -> dict[str, Any]:
         "verifiedTokens": s.verified_tokens,
         "contextTokens": s.context_tokens,
         "draftingRate": s.drafting_rate(),
+        "prompts": sorted(s.prompts),
         "verifiedPerSequence": s.verified_per_sequence(),
         "acceptanceLength": s.acceptance_length(),
     }

@@ -4,11 +4,12 @@ One *repeat* is one ``backend.measure(batch_size, k, steps)`` call, a fixed
 number of decode steps after the backend's own warm-up. A cell is repeated
 until the 95% confidence interval of its mean step time is narrower than a
 fraction of the mean (``rel_ci``), between ``min_repeats`` and
-``max_repeats``. The interval's half-width is the larger of two estimates:
-steps taken as independent (``z * s / sqrt(n)``), and repeats taken as
-independent batch means (``z * s_means / sqrt(R)``), which catches drift
-between repeats (clocks, thermals, a neighbour on the host) that the
-step-to-step spread hides.
+``max_repeats``. The interval's half-width is the larger of two estimates
+(``intervals``): batch means of consecutive steps within each repeat (steps
+are autocorrelated, so single steps would understate the error), and the
+repeats' own means, which catch drift between repeats (another prompt set,
+clocks, a neighbour on the host) that the within-repeat spread hides; both
+with Student's t quantiles, since there are few of either.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specdeploy.runtime.intervals import BATCH_STEPS, batch_means, mean_half_width, t_quantile
 from specdeploy.runtime.profiler.backend import CellSample
+
+CLOSE_CALL_REPEATS = 5
+"""Repeats each of two K gets, interleaved, while their goodput intervals overlap
+(``search.settle``): one or two repeats of a prompt set say little about the next."""
+TYPICAL_BETWEEN_CV = 0.03
+"""Relative spread of a cell's repeat means on the 2-core CPU box (prompt sets, load)."""
+MAX_BATCHES = 1 << 16
+"""Bound of ``steps_to_reach``'s search (the caller caps steps far lower)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,34 @@ class Sampling:
         if self.max_steps_factor < 1:
             raise ValueError(f"max_steps_factor must be >= 1, got {self.max_steps_factor}")
 
+    def precision_warnings(self, between_cv: float = TYPICAL_BETWEEN_CV) -> list[str]:
+        """What this rule cannot deliver, said before the run (the CLI prints these).
+
+        A cell's interval is at least the between-repeat term, t(R - 1) times
+        the repeats' spread over sqrt(R): with repeats that differ by
+        ``between_cv`` (another prompt set; 3% is typical of the CPU box),
+        ``rel_ci`` needs R repeats however many steps each has.
+        """
+        found = []
+        needed = next(
+            (r for r in range(2, 1000) if t_quantile(r - 1, self.z) * between_cv / math.sqrt(r)
+             <= self.rel_ci),
+            None,
+        )  # fmt: skip
+        if needed is None or needed > self.max_repeats:
+            found.append(
+                f"--ci {self.rel_ci:g} needs about {needed or '>1000'} repeats of a cell whose "
+                f"repeats differ by {between_cv:.0%} (t quantiles), more than --max-repeats "
+                f"{self.max_repeats}: such cells stop at their max-repeats interval"
+            )
+        if self.max_repeats < CLOSE_CALL_REPEATS:
+            found.append(
+                f"--max-repeats {self.max_repeats} < {CLOSE_CALL_REPEATS}: two K within each "
+                "other's interval cannot get the interleaved repeats a close call needs; "
+                "the table may pick either"
+            )
+        return found
+
     def steps_for(self, stats: CellStats, rel_ci: float | None = None) -> int:
         """Steps for the cell's next repeat: the base, or what the spread says is missing."""
         if stats.repeats < self.min_repeats:
@@ -70,6 +108,13 @@ class CellStats:
     k: int
     step_seconds: list[float] = field(default_factory=list)
     repeat_means: list[float] = field(default_factory=list)
+    repeat_steps: list[int] = field(default_factory=list)
+    """Steps of each repeat, in order (empty: equal repeats, as older raw files)."""
+    prompts: set[str] = field(default_factory=set)
+    """Distinct prompts decoded over all repeats (empty: the backend does not say)."""
+    repeat_first: list[tuple[int, int]] = field(default_factory=list)
+    """(reached, accepted) at position 1 of each repeat: how much acceptance moves
+    between prompt sets beyond binomial noise (``Grid.acceptance_dispersion``)."""
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     proposed: list[int] | None = None
@@ -91,6 +136,8 @@ class CellStats:
             raise ValueError(f"cell ({self.batch_size}, {self.k}): step times must be > 0")
         self.step_seconds.extend(times)
         self.repeat_means.append(sum(times) / len(times))
+        if len(self.repeat_steps) == self.repeats - 1:
+            self.repeat_steps.append(len(times))
         if len(sample.accepted) > len(sample.drafted) or any(
             a > d for a, d in zip(sample.accepted, sample.drafted, strict=False)
         ):
@@ -106,6 +153,10 @@ class CellStats:
             )
         _add_counts(self.drafted, sample.drafted)
         _add_counts(self.accepted, sample.accepted)
+        self.prompts.update(sample.prompts)
+        if self.k and sample.drafted:
+            first_accepted = int(sample.accepted[0]) if sample.accepted else 0
+            self.repeat_first.append((int(sample.drafted[0]), first_accepted))
         self.proposed = _pooled_counts(self.proposed, sample.proposed, first)
         self.offered = _pooled_counts(self.offered, sample.offered, first)
         self.scheduled = _pooled_counts(self.scheduled, sample.scheduled, first)
@@ -135,32 +186,58 @@ class CellStats:
         """Engine time spent in counted steps (warm-up excluded)."""
         return float(np.sum(self.step_seconds))
 
+    def repeat_series(self) -> list[list[float]]:
+        """The step times of each repeat."""
+        lengths = self.repeat_steps
+        if len(lengths) != self.repeats or sum(lengths) != len(self.step_seconds):
+            base, extra = divmod(len(self.step_seconds), max(self.repeats, 1))
+            lengths = [base + (i < extra) for i in range(max(self.repeats, 1))]
+        out, start = [], 0
+        for n in lengths:
+            out.append(self.step_seconds[start : start + n])
+            start += n
+        return out
+
     def half_width(self, z: float = 1.96) -> float:
         """95% CI half-width of the mean step time, seconds (module docstring)."""
-        n = len(self.step_seconds)
-        if n < 2:
+        if len(self.step_seconds) < 2:
             return math.inf
-        within = float(np.std(self.step_seconds, ddof=1)) / math.sqrt(n)
-        between = 0.0
-        if self.repeats >= 2:
-            between = float(np.std(self.repeat_means, ddof=1)) / math.sqrt(self.repeats)
-        return z * max(within, between)
+        batched = mean_half_width(batch_means(self.repeat_series()), z)
+        steps = mean_half_width(self.step_seconds, z)  # never narrower than independent steps
+        between = mean_half_width(self.repeat_means, z) if self.repeats >= 2 else 0.0
+        return max(batched, steps, between)
 
     def relative_half_width(self, z: float = 1.96) -> float:
         return self.half_width(z) / self.mean_seconds
 
     def steps_to_reach(self, rel_ci: float, z: float = 1.96) -> int:
-        """Further steps that would bring the step-to-step interval within ``rel_ci``.
+        """Further steps that would bring the within-repeat interval within ``rel_ci``.
 
-        From the spread seen so far; asking for them in one repeat pays the
+        From the spread of the batch means so far (t quantile at the batch
+        count it would take); asking for them in one repeat pays the
         backend's warm-up once instead of once per small repeat.
         """
-        n = len(self.step_seconds)
-        if n < 2:
+        means = batch_means(self.repeat_series())
+        if len(means) < 2:
             return 0
-        sd = float(np.std(self.step_seconds, ddof=1))
-        needed = math.ceil((z * sd / (rel_ci * self.mean_seconds)) ** 2)
-        return max(0, needed - n)
+        # the batch means' spread, or the steps' scaled to a batch where that is wider
+        sd = max(
+            float(np.std(means, ddof=1)),
+            float(np.std(self.step_seconds, ddof=1)) / math.sqrt(BATCH_STEPS),
+        )
+        target = rel_ci * self.mean_seconds
+
+        def enough(batches: int) -> bool:
+            return t_quantile(batches - 1, z) * sd / math.sqrt(batches) <= target
+
+        high = len(means)
+        while not enough(high) and high < MAX_BATCHES:
+            high *= 2
+        low = max(len(means), high // 2)
+        while low < high:  # the fewest batches that are enough
+            mid = (low + high) // 2
+            low, high = (low, mid) if enough(mid) else (mid + 1, high)
+        return max(0, high * BATCH_STEPS - len(self.step_seconds))
 
     @property
     def seq_steps(self) -> int:

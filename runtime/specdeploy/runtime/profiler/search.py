@@ -48,10 +48,13 @@ import math
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
+from specdeploy.runtime.goodput import acceptance_lengths
 from specdeploy.runtime.profiler.backend import MeasuresBaseline, MeasuresContext
 from specdeploy.runtime.profiler.document import provisional_spec
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, is_out_of_memory
 from specdeploy.runtime.profiler.grid import BatchTooLarge, Grid, Strategy
+from specdeploy.runtime.profiler.sampling import CLOSE_CALL_REPEATS, CellStats
+from specdeploy.runtime.schedule import REGRET_TOLERANCE as schedule_tolerance
 from specdeploy.runtime.schedule import best_k_per_batch_size, goodput_grid, k_values
 
 
@@ -182,27 +185,59 @@ def _walk(grid: Grid, bs: int, ks: Iterable[int], best_k: int) -> int:
     return best_k
 
 
-REGRET_TOLERANCE = 0.0075
-"""How much goodput a close call may plausibly lose (the issue's target is 1%)."""
+REGRET_TOLERANCE = schedule_tolerance
+"""How much goodput a close call may plausibly lose (the issue's target is 1%); the
+schedule's tie rule uses the same bound (``schedule.break_ties``)."""
 
 
 def settle(grid: Grid) -> None:
     """Repeat the two best K at each batch size until picking the leader is safe.
 
-    Only the contenders decide the table, and a 1% interval lets two K
-    within about 1% of each other swap. Picking the leader can lose at most
-    ``z * sqrt(se1^2 + se2^2) - gap`` (the upper bound of the runner-up's
-    advantage, relative): while that exceeds ``REGRET_TOLERANCE`` the less
-    precise contender is repeated, sized to close the difference, up to
-    ``max_repeats``. Clear winners (gap well beyond the noise) cost nothing.
+    Only the contenders decide the table. While their intervals overlap
+    around a gap of at least ``REGRET_TOLERANCE``, each is repeated in turn
+    (interleaved, so a slow drift of the machine hits both) up to
+    ``CLOSE_CALL_REPEATS``. Then picking the leader can lose at
+    most ``z * sqrt(se1^2 + se2^2) - gap`` (the upper bound of the
+    runner-up's advantage, relative; each se carries the step time's and the
+    acceptance length's error): while that exceeds ``REGRET_TOLERANCE`` the
+    less precise contender is repeated, sized to close the difference, up
+    to ``max_repeats``. Clear winners (gap well beyond the noise) cost
+    nothing. Whenever the leader changes, its neighbours K-1 and K+1 are
+    measured if they are not yet: the search reached the old leader from
+    its own side, and the new one's other side was never looked at.
     """
     for bs in sorted({bs for bs, _ in grid.cells}):
+        leader = -1
         while True:
+            best = grid.best_k(bs)
+            if best != leader:
+                if leader >= 0:
+                    grid.note(f"bs {bs}: the leader moved from K={leader} to K={best}")
+                leader = best
+                if _probe_neighbours(grid, bs, best):
+                    continue
             target = _settle_target(grid, bs)
             if target is None:
                 break
             k, rel_ci = target
             grid.repeat(bs, k, rel_ci)
+
+
+def _probe_neighbours(grid: Grid, bs: int, k: int) -> bool:
+    """Measure K-1 and K+1 at ``bs`` where unmeasured; True when it measured any."""
+    missing = [n for n in (k - 1, k + 1) if 0 <= n <= grid.max_k and (bs, n) not in grid.cells]
+    for n in missing:
+        grid.note(f"bs {bs}: measuring K={n}, a neighbour of the leader K={k}")
+        explore(grid, bs, n)
+    return bool(missing)
+
+
+def relative_se(grid: Grid, bs: int, k: int) -> float:
+    """Relative standard error of a cell's goodput: step time and acceptance length."""
+    stats = grid.cells[(bs, k)]
+    z = grid.sampling.z
+    al = float(acceptance_lengths(grid.per_position(), grid.max_k)[k])
+    return math.hypot(stats.relative_half_width(z) / z, grid.acceptance_length_sd(k) / al)
 
 
 def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
@@ -214,16 +249,23 @@ def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
     lead, runner = grid.cells[(bs, ks[0])], grid.cells[(bs, ks[1])]
     gap = 1.0 - grid.goodput(bs, ks[1]) / grid.goodput(bs, ks[0])
     open_cells = [c for c in (lead, runner) if c.repeats < grid.sampling.max_repeats]
+    se = {c.k: relative_se(grid, bs, c.k) for c in (lead, runner)}
+    spread = z * math.hypot(*se.values())
     single = [c for c in open_cells if c.repeats < 2]
     if single and gap < 2 * REGRET_TOLERANCE:
         # One repeat's mean can be off by more than its spread says (one bad
         # run); a second exposes it through the between-repeat term.
         return single[0].k, grid.sampling.rel_ci
-    se = {c.k: c.relative_half_width(z) / z for c in (lead, runner)}
-    if z * math.hypot(*se.values()) - gap <= REGRET_TOLERANCE:
-        return None
+    few = [c for c in open_cells if c.repeats < CLOSE_CALL_REPEATS]
+    if few and REGRET_TOLERANCE <= gap < spread:
+        # Overlapping intervals around a gap worth having: the contender with
+        # fewer repeats goes next. Below the tolerance either choice loses
+        # less than it, and the schedule's tie rule takes the smaller K.
+        return min(few, key=lambda c: (c.repeats, c.k)).k, grid.sampling.rel_ci
+    if spread - gap <= REGRET_TOLERANCE:
+        return _tie_target(grid, bs, lead)
     if not open_cells:
-        return None
+        return _tie_target(grid, bs, lead)
     wider = max(open_cells, key=lambda c: se[c.k])
     other = se[runner.k if wider is lead else lead.k]
     budget = (REGRET_TOLERANCE + gap) / z
@@ -233,6 +275,29 @@ def _settle_target(grid: Grid, bs: int) -> tuple[int, float] | None:
     # (cost ~ 1/se^2); the other is repeated on the next turn if needed.
     se_target = max(math.sqrt(max(budget**2 - other**2, 0.0)), budget / math.sqrt(2))
     return wider.k, max(z * se_target, 1e-4)
+
+
+def _tie_target(grid: Grid, bs: int, lead: CellStats) -> tuple[int, float] | None:
+    """A smaller K the schedule's tie rule would pick over the leader on its interval
+    alone (``schedule.break_ties``): repeat the wider of the two, so that a cell
+    explored once is not a tie merely because one repeat says little."""
+    g_lead = grid.goodput(bs, lead.k)
+    for k in grid.measured_ks(bs):
+        if k >= lead.k:
+            break
+        cell = grid.cells[(bs, k)]
+        g = grid.goodput(bs, k)
+        width = math.hypot(
+            g_lead * lead.relative_half_width(grid.sampling.z),
+            g * cell.relative_half_width(grid.sampling.z),
+        )
+        if g_lead - g < width - REGRET_TOLERANCE * g_lead:
+            open_cells = [c for c in (lead, cell) if c.repeats < grid.sampling.max_repeats]
+            if not open_cells:
+                return None
+            wider = max(open_cells, key=lambda c: c.relative_half_width(grid.sampling.z))
+            return wider.k, grid.sampling.rel_ci
+    return None
 
 
 def verify(grid: Grid, sizes: list[int]) -> bool:

@@ -46,10 +46,11 @@ import gc
 import json
 import os
 import platform
+import random
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,8 +73,13 @@ CPU_KV_CACHE_GIB = "4"
 CPU_GPU_MEMORY_UTILIZATION = 0.5
 FIRST_ANSWER_TOKENS = 192
 """Length of the model's own first answers that MT-Bench's second turns refer to."""
-MAX_NEW_TOKENS = 256
-"""Per request while measuring; a finished request is replaced at once."""
+WAVE_TOKENS = 16
+"""Tokens each request of a wave generates: short, so that a cell sees many prompts."""
+ANSWER_OFFSETS = (0, 48, 96, 144)
+"""Where in the model's own first answer a first-turn item starts decoding: the
+steps of a cell then sample generation positions across the answer, not only
+its first tokens (n-gram drafts become likelier as an answer repeats itself)."""
+MAX_WAVES = 4096
 STARVED_STEPS = 8
 """Consecutive steps with requests waiting and the batch short: it does not fit."""
 NGRAM_DEFAULTS = {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -116,6 +122,11 @@ class CellLog:
     """proposed/reached at position 1 (None at K=0)."""
     plain: bool = False
     """Measured on the baseline engine (no speculation configured)."""
+    repeat: int = 0
+    """Which repeat of its cell this was: every K at a batch size decodes the same
+    prompts in its repeat r (paired)."""
+    prompts: list[str] = field(default_factory=list)
+    """The prompt items decoded, in order (``conversation/turn+offset``)."""
 
 
 def sample_of(batch_size: int, k: int, kept: Sequence[Any]) -> tuple[CellSample, dict[str, Any]]:
@@ -171,19 +182,23 @@ class VllmBackend:
         options: EngineOptions,
         *,
         warmup_steps: int = 4,
-        max_new_tokens: int = MAX_NEW_TOKENS,
+        max_new_tokens: int = WAVE_TOKENS,
         first_answer_tokens: int = FIRST_ANSWER_TOKENS,
         plain: bool = False,
+        min_prompts: int | None = None,
     ) -> None:
-        """``plain``: an engine without speculation (the baseline's, ``vllm_baseline``)."""
+        """``plain``: an engine without speculation (the baseline's, ``vllm_baseline``).
+        ``max_new_tokens``: per request of a wave; ``min_prompts``: per repeat."""
         self.options = options
         self.plain = plain
         self.warmup_steps = warmup_steps
         self.max_new_tokens = max_new_tokens
         self.first_answer_tokens = first_answer_tokens
+        self.min_prompts = options.min_prompts if min_prompts is None else min_prompts
         self.cells: list[CellLog] = []
         self._baseline: BaselineEngine | None = None
         self._serial = 0
+        self._repeats: dict[tuple[int, int], int] = {}
         self._in_flight: set[str] = set()
         self._starved = 0
         self._target = resolve_model(options.model, options.model_revision)
@@ -226,8 +241,10 @@ class VllmBackend:
         if not self.plain:
             self._scheduler.forced_k = k
         started = time.perf_counter()
+        repeat = self._repeats.get((batch_size, k), 0)
+        self._repeats[(batch_size, k)] = repeat + 1
         try:
-            kept, skipped = self._run_cell(batch_size, k, steps)
+            kept, skipped, prompts = self._run_cell(batch_size, k, steps, repeat)
         except DeterministicFailure:
             raise
         except Exception as err:
@@ -237,6 +254,7 @@ class VllmBackend:
         finally:
             self._drain()
         sample, log = sample_of(batch_size, k, kept)
+        sample = replace(sample, prompts=tuple(prompts))
         self.cells.append(
             CellLog(
                 batch_size=batch_size,
@@ -245,6 +263,8 @@ class VllmBackend:
                 skipped_steps=skipped,
                 wall_seconds=time.perf_counter() - started,
                 plain=self.plain,
+                repeat=repeat,
+                prompts=prompts,
                 **log,
             )
         )
@@ -267,6 +287,7 @@ class VllmBackend:
                 warmup_steps=self.warmup_steps,
                 max_new_tokens=self.max_new_tokens,
                 first_answer_tokens=self.first_answer_tokens,
+                min_prompts=self.min_prompts,
             )
         sample, log = self._baseline.measure(batch_size, steps)
         self.cells.append(CellLog(**log))
@@ -321,25 +342,48 @@ class VllmBackend:
 
     # --- prompts ---------------------------------------------------------------------
 
-    def _prompt_pool(self, first_answer_tokens: int) -> list[list[int]]:
+    def _prompt_pool(self, first_answer_tokens: int) -> list[tuple[str, list[int]]]:
+        """(name, token ids) of every prompt item, in a fixed shuffled order.
+
+        First turns start at ``ANSWER_OFFSETS`` into the model's own greedy
+        answer (the chat plus that many answer tokens: decoding continues
+        where the model itself would be), second turns ("rewrite your
+        previous answer...") after the model's first answer: both turns of
+        MT-Bench, as a chat deployment serves them.
+        """
         conversations = list(self.options.conversations) or load_conversations(self.options.dataset)
         tokenizer = self._llm.get_tokenizer()
         answers = self._first_answers(conversations, tokenizer, first_answer_tokens)
         limit = self._prompt_budget()
-        pool = []
+        pool: list[tuple[str, list[int]]] = []
         for conversation in conversations:
-            for turn in range(len(conversation.turns)):
-                if turn > 1:
-                    break
+            for turn in range(min(len(conversation.turns), 2)):
                 given = [answers[conversation.id]] if turn == 1 else []
                 ids = render(tokenizer, conversation, turn, given)
-                if len(ids) <= limit:
-                    pool.append(ids)
+                offsets: tuple[int, ...] = (0,)
+                answer: list[int] = []
+                if turn == 0 and conversation.id in answers:
+                    answer = list(
+                        tokenizer.encode(answers[conversation.id], add_special_tokens=False)
+                    )
+                    offsets = tuple(o for o in ANSWER_OFFSETS if o == 0 or o + 16 < len(answer))
+                for offset in offsets:
+                    item = ids + answer[:offset]
+                    if len(item) <= limit:
+                        pool.append((f"{conversation.id}/t{turn + 1}+{offset}", item))
         if not pool:
             raise invalid_arguments(
                 f"no prompt of {self.options.dataset} fits in {limit} tokens: raise --max-model-len"
             )
-        return pool
+        order = list(range(len(pool)))
+        random.Random(self.options.seed).shuffle(order)
+        return [pool[i] for i in order]
+
+    def _sequence_start(self, batch_size: int, repeat: int) -> int:
+        """Where repeat ``repeat`` at ``batch_size`` starts in the pool: the same for
+        every K (paired), another stretch for every repeat and batch size."""
+        stride = max(self.min_prompts, batch_size) + batch_size
+        return (repeat * stride + 7 * batch_size) % len(self._prompts)
 
     def _prompt_budget(self) -> int:
         max_len = int(self._llm.llm_engine.model_config.max_model_len)
@@ -395,49 +439,64 @@ class VllmBackend:
         if steps < 1:
             raise invalid_arguments(f"steps must be >= 1, got {steps}")
 
-    def _run_cell(self, batch_size: int, k: int, steps: int) -> tuple[list[Any], int]:
+    def _run_cell(
+        self, batch_size: int, k: int, steps: int, repeat: int
+    ) -> tuple[list[Any], int, list[str]]:
+        """Waves of ``batch_size`` prompts until ``steps`` clean steps and ``min_prompts``
+        prompts: (kept step records, steps not kept, prompt names).
+
+        A wave starts all its requests together and decodes them to
+        ``max_new_tokens`` (EOS honoured): its steps with the whole batch
+        decoding at K are clean; its prefill and the tail where requests have
+        finished are not. Refilling a finished request at once instead would
+        put a prefill into most steps once requests are short.
+        """
         from vllm import SamplingParams
 
         engine = self._llm.llm_engine
         params = SamplingParams(temperature=0.0, max_tokens=self.max_new_tokens)
         records = self._scheduler.records
-        records.clear()
-        self._starved = 0
-        for _ in range(batch_size):
-            self._add_request(engine, params)
         kept: list[Any] = []
-        seen = warm = 0
-        budget = 4 * (steps + self.warmup_steps) + 64 + batch_size
-        while len(kept) < steps:
-            if seen >= budget:
-                raise RuntimeError(
-                    f"batch size {batch_size}: {steps} clean decode steps not reached "
-                    f"in {budget} engine steps"
-                )
-            for output in engine.step():
-                if output.finished:
-                    self._in_flight.discard(output.request_id)
-                    self._add_request(engine, params)
-            self._check_fits(batch_size)
-            for record in records[seen:]:
+        names: list[str] = []
+        skipped = warm = 0
+        position = self._sequence_start(batch_size, repeat)
+        for _ in range(MAX_WAVES):
+            if len(kept) >= steps and len(names) >= self.min_prompts:
+                return kept, skipped, names
+            records.clear()
+            self._starved = 0
+            for _ in range(batch_size):
+                name, prompt = self._prompts[position % len(self._prompts)]
+                position += 1
+                names.append(name)
+                self._add_request(engine, params, prompt)
+            for _ in range(4 * (self.max_new_tokens + 8) + 64):
+                if not engine.has_unfinished_requests():
+                    break
+                for output in engine.step():
+                    if output.finished:
+                        self._in_flight.discard(output.request_id)
+                self._check_fits(batch_size)
+            else:
+                raise RuntimeError(f"batch size {batch_size}: a wave did not finish")
+            for record in records:
                 reading = record.reading
-                if (
+                clean = (
                     record.pure_decode
                     and record.num_requests == batch_size
                     and len(reading.requests) == batch_size
                     and reading.k == k
-                ):
-                    if warm < self.warmup_steps:
-                        warm += 1
-                    else:
-                        kept.append(record)
-            seen = len(records)
-        return kept[:steps], seen - min(len(kept), steps)
+                )
+                if clean and warm >= self.warmup_steps:
+                    kept.append(record)
+                else:
+                    warm += clean
+                    skipped += 1
+        raise RuntimeError(f"batch size {batch_size}: {steps} clean steps not reached")
 
-    def _add_request(self, engine: Any, params: Any) -> None:
+    def _add_request(self, engine: Any, params: Any, prompt: list[int]) -> None:
         from vllm.inputs import TokensPrompt
 
-        prompt = self._prompts[self._serial % len(self._prompts)]
         request_id = f"cell-{self._serial}"
         engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt), params)
         self._in_flight.add(request_id)
@@ -555,6 +614,44 @@ def prepare_environment() -> None:
     """Process-wide settings that must precede vLLM's import (module docstring)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+    if not Path(NVIDIA_DEVICE).exists():
+        for key, value in serving_cpu_threads(
+            sorted(os.sched_getaffinity(0)), os.environ.get("LD_PRELOAD", "")
+        ).items():
+            os.environ.setdefault(key, value)
+
+
+NVIDIA_DEVICE = "/dev/nvidiactl"
+"""Present on a GPU node: the CPU thread settings below are for CPU engines only."""
+
+
+def serving_cpu_threads(cpus: Sequence[int], preload: str) -> dict[str, str]:
+    """The OpenMP settings vLLM's server gives its CPU worker, for this in-process engine.
+
+    ``vllm serve`` runs the scheduler in one process and the model in a
+    worker process, and its ``OMPProcessManager`` reserves one core for the
+    scheduler, binds the worker's OpenMP threads to the others and, with
+    Intel OpenMP, sets a 5 ms block time. The profiler's engine runs in one
+    process, where vLLM binds OpenMP to every core with Intel OpenMP's
+    default 200 ms spin after each parallel region: the spinning thread
+    holds the core the engine's Python work (scheduling, sampling, the
+    n-gram drafter) needs, and every other process on the box stalls the
+    whole team. Measured on the 2-core box (SmolLM2-135M, K=0, under a
+    neighbour's load): 104 ms per step at batch size 1 that way, 38.6 ms
+    with these settings, where vLLM's OpenAI server's TPOT is 38 ms; this
+    was most of the ~10x between the recorded profile and the server.
+    Variables already set win (``setdefault`` at the caller).
+    """
+    workers = list(cpus[1:]) or list(cpus)
+    listed = ",".join(str(c) for c in workers)
+    env = {"OMP_NUM_THREADS": str(len(workers)), "VLLM_CPU_OMP_THREADS_BIND": listed}
+    if "libiomp" in preload:
+        env.update(
+            KMP_AFFINITY=f"granularity=fine,explicit,proclist=[{listed}]",
+            KMP_BLOCKTIME="5",
+            KMP_TPAUSE="0",
+        )
+    return env
 
 
 def resolve_model(name: str, revision: str) -> ResolvedModel:

@@ -112,8 +112,12 @@ def test_a_backend_that_measures_plain_decoding_gives_a_baseline_per_batch_size(
     outcome = profile(OPTIONS, backend)
     assert backend.baseline_calls == [4, 8]
     assert outcome.profile.spec.baseline == (
-        Baseline(batch_size=4, itl_ms=36.0, samples=4, context_tokens=CONTEXT),
-        Baseline(batch_size=8, itl_ms=72.0, samples=4, context_tokens=CONTEXT),
+        Baseline(
+            batch_size=4, itl_ms=36.0, samples=4, context_tokens=CONTEXT, itl_half_width_ms=0.0
+        ),
+        Baseline(
+            batch_size=8, itl_ms=72.0, samples=4, context_tokens=CONTEXT, itl_half_width_ms=0.0
+        ),
     )
     raw = raw_document(OPTIONS, outcome)
     assert [c["batchSize"] for c in raw["baseline"]] == [4, 8]
