@@ -262,3 +262,11 @@ def test_plot_without_matplotlib_is_a_usage_error_before_any_work(
     err = capsys.readouterr().err
     assert "matplotlib" in err and "specdeploy[plots]" in err
     assert not (tmp_path / "x.png").exists()
+
+
+def test_the_cli_offers_exactly_the_simulators_scenarios() -> None:
+    """The CLI keeps its own list so that ``--help`` does not import the simulator."""
+    from specdeploy.cli import simulate
+    from specdeploy.runtime.sim import scenarios
+
+    assert simulate.SCENARIOS == scenarios.SCENARIOS

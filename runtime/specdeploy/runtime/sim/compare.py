@@ -43,6 +43,7 @@ from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
 from specdeploy.runtime.policy.static import FixedPolicy, static_lookup
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.sim.engine import AnyPolicy, SimResult
+from specdeploy.runtime.sim.oracles import StateOracle
 from specdeploy.runtime.sim.presets import Preset
 from specdeploy.runtime.sim.seeds import DEFAULT_SEEDS, SeedFigures, spreads
 from specdeploy.runtime.sim.workload import ClosedLoop, Workload
@@ -222,6 +223,21 @@ class Comparison:
         """``run`` with the policy built from its name (and its table flag)."""
         name = self.resolve(name, workload)
         return self.run(self.build(name), workload, seed=seed, table=name in TABLE_POLICIES, **kw)
+
+    def drain(self, name: str, workload: Workload, *, seed: int) -> SimResult:
+        """``workload`` served until every request finished, traced: ``oracle`` is the
+        per-step true-cost oracle at the live state (it sets K per step, as a table
+        does), any other name a policy (``run_named``). The rollout and phased
+        scenarios' runs."""
+        if name != "oracle":
+            return self.run_named(name, workload, seed=seed, steps=0, warmup_steps=0, trace=True)
+        preset = self.preset
+        oracle = StateOracle(
+            preset.cost, preset.acceptance, preset.proposal_model, self.allowed_k()
+        )
+        return self.run(
+            oracle, workload, seed=seed, table=True, steps=0, warmup_steps=0, trace=True
+        )
 
     def allowed_k(self) -> list[int]:
         """The K values the profile measured: the oracle's candidates."""

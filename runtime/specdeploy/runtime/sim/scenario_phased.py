@@ -23,7 +23,6 @@ import numpy as np
 
 from specdeploy.runtime.sim.compare import Comparison, figures
 from specdeploy.runtime.sim.engine import SimResult
-from specdeploy.runtime.sim.oracles import StateOracle
 from specdeploy.runtime.sim.presets import Preset
 from specdeploy.runtime.sim.scenario_common import (
     Figures,
@@ -83,15 +82,7 @@ def compare_phased(
     workload = phased_workload(rates, phase_s)
 
     def run_one(name: str, seed: int) -> Figures:
-        if name == "oracle":
-            oracle = StateOracle(
-                preset.cost, preset.acceptance, preset.proposal_model, cmp.allowed_k()
-            )
-            r = cmp.run(
-                oracle, workload, seed=seed, table=True, steps=0, warmup_steps=0, trace=True
-            )
-        else:
-            r = cmp.run_named(name, workload, seed=seed, steps=0, warmup_steps=0, trace=True)
+        r = cmp.drain(name, workload, seed=seed)
         return figures(r, **_latency_figures(r))
 
     rows = over_seeds(

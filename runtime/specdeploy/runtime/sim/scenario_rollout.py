@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdeploy.runtime.sim.compare import Comparison, figures
-from specdeploy.runtime.sim.oracles import StateOracle
 from specdeploy.runtime.sim.scenario_common import (
     Figures,
     Progress,
@@ -51,18 +50,9 @@ def compare_rollout(
 ) -> ScenarioOutput:
     """Every policy drains the same rollout on each seed."""
     workload = rollout_workload(requests)
-    preset = cmp.preset
 
     def run_one(name: str, seed: int) -> Figures:
-        if name == "oracle":
-            oracle = StateOracle(
-                preset.cost, preset.acceptance, preset.proposal_model, cmp.allowed_k()
-            )
-            r = cmp.run(
-                oracle, workload, seed=seed, table=True, steps=0, warmup_steps=0, trace=True
-            )
-        else:
-            r = cmp.run_named(name, workload, seed=seed, steps=0, warmup_steps=0, trace=True)
+        r = cmp.drain(name, workload, seed=seed)
         assert r.trace is not None
         small = r.trace.seconds[r.trace.batch_size <= SMALL_BATCH].sum()
         return figures(
