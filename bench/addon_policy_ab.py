@@ -38,15 +38,8 @@ from typing import Any
 
 import yaml
 
-from bench.addon_step_cost import (  # the sibling script's server and client
-    DEFAULT_PROFILE,
-    T975,
-    bench_client,
-    get,
-    parse,
-    server,
-    write_prompts,
-)
+from bench.addon_step_cost import DEFAULT_PROFILE, T975
+from bench.vllm_server import bench_client, get, parse, server, write_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("table", "adaptive")

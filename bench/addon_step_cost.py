@@ -37,53 +37,21 @@ import itertools
 import json
 import math
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.vllm_server import Samples, bench_client, get, parse, server, write_prompts
+
 ROOT = Path(__file__).resolve().parents[1]
-ADDON = "specdeploy.runtime.vllm_addon.scheduler_factory"
 DEFAULT_PROFILE = ROOT / "profiles" / "smollm2-135m-ngram-cpu.yaml"
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 """Two-sided 95% t quantiles by degrees of freedom (1.96 beyond)."""
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def get(url: str, timeout: float = 10) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        text: str = response.read().decode()
-        return text
-
-
-def parse(text: str) -> Samples:
-    """Prometheus text format → {(name, labels): value}."""
-    out: Samples = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, value = line.rsplit(" ", 1)
-        name, _, rest = head.partition("{")
-        pairs = (item.partition("=") for item in rest.rstrip("}").replace('"', "").split(","))
-        out[(name, frozenset((k, v) for k, _, v in pairs if k))] = float(value)
-    return out
 
 
 def bucket_label(batch_size: int) -> str:
@@ -131,152 +99,6 @@ def interval(values: list[float]) -> tuple[float, float]:
         return (values[0] if values else math.nan), math.inf
     t = T975.get(len(values) - 1, 1.96)
     return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
-
-
-# --- prompts, server, client -------------------------------------------------------
-
-
-def write_prompts(model: str, path: Path, limit: int) -> int:
-    """MT-Bench prompts rendered with the model's chat template, as a ShareGPT-shaped file.
-
-    The benchmark client's ShareGPT loader sends the first turn's text as the
-    prompt as it is (so the rendered chat, special tokens included, reaches
-    the model as the profiler renders it); its ``custom`` loader would need
-    pandas, which the CPU venv does not carry.
-    """
-    from transformers import AutoTokenizer
-
-    from specdeploy.runtime.profiler.datasets import load_conversations
-    from specdeploy.runtime.profiler.vllm_backend import default_cache_dir
-
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    answers: dict[str, str] = {}
-    for found in sorted((default_cache_dir() / "answers").glob("*SmolLM2*mt-bench*.json")):
-        answers.update(json.loads(found.read_text()))
-    rows = []
-    for conversation in load_conversations("mt-bench", limit=limit):
-        rows.append(conversation.messages(0, []))
-        if len(conversation.turns) > 1 and conversation.id in answers:
-            rows.append(conversation.messages(1, [answers[conversation.id]]))
-    entries = []
-    for messages in rows:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        entries.append(
-            {"conversations": [{"from": "human", "value": text}, {"from": "gpt", "value": "-"}]}
-        )
-    path.write_text(json.dumps(entries))
-    return len(rows)
-
-
-@contextmanager
-def server(
-    model: str,
-    profile: dict[str, Any],
-    policy: str | None,
-    folder: Path,
-    log: Path,
-    allowed_k: str = "all",
-    timing: bool = True,
-    speculative_config: bool = True,
-) -> Iterator[dict[str, Any]]:
-    """vLLM's OpenAI server with the profile's table, and the add-on serving ``policy``.
-
-    ``allowed_k``: the add-on's K set (``SPECDEPLOY_ALLOWED_K``); ``timing``: its
-    self-timing of the hooks (``SPECDEPLOY_ADDON_TIMING``); without
-    ``speculative_config``, plain vLLM (no speculation, no add-on: ``policy`` None).
-    """
-    spec = profile["spec"]
-    max_k = int(spec["fingerprint"]["maxK"])
-    table = [list(map(int, row)) for row in spec["schedule"]]
-    speculative = {
-        "method": "ngram",
-        "num_speculative_tokens": max_k,
-        "prompt_lookup_min": 2,
-        "prompt_lookup_max": 4,
-        "num_speculative_tokens_per_batch_size": table,
-    }
-    http, metrics = free_port(), free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
-    cmd = [
-        *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model),
-        *("--served-model-name", "smollm2", "--port", str(http), "--host", "127.0.0.1"),
-        *("--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", "16"),
-        *("--enforce-eager", "--gpu-memory-utilization", "0.5"),
-    ]
-    if speculative_config:
-        cmd += ["--speculative-config", json.dumps(speculative)]
-    elif policy is not None:
-        raise ValueError("the add-on needs a speculative config")
-    if policy is not None:
-        doc = {"policy": policy, "maxK": max_k, "fixedK": None, "schedule": table}
-        (folder / "table.json").write_text(json.dumps(doc))
-        (folder / "profile.json").write_text(json.dumps(spec))
-        env.update(
-            SPECDEPLOY_TABLE_FILE=str(folder / "table.json"),
-            SPECDEPLOY_POOL="cpu",
-            SPECDEPLOY_ALLOWED_K=allowed_k,
-            SPECDEPLOY_METRICS_PORT=str(metrics),
-            SPECDEPLOY_METRICS_ADDR="127.0.0.1",
-            SPECDEPLOY_ADDON_TIMING="1" if timing else "0",
-        )
-        cmd += ["--scheduler-cls", ADDON]
-    started = time.perf_counter()
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"the server exited {proc.returncode}: {log.read_text()[-3000:]}"
-                )
-            try:
-                get(f"http://127.0.0.1:{http}/health", timeout=2)
-                break
-            except OSError:
-                if time.perf_counter() - started > 600:
-                    raise RuntimeError(
-                        f"the server is not healthy: {log.read_text()[-3000:]}"
-                    ) from None
-                time.sleep(1)
-        yield {
-            "http": http,
-            "metrics": metrics if policy is not None else None,
-            "start_s": round(time.perf_counter() - started, 1),
-        }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def bench_client(
-    port: int, model: str, prompts: Path, concurrency: int, n: int, tokens: int
-) -> dict[str, Any]:
-    """vLLM's own benchmark client (``vllm bench serve``), closed loop at ``concurrency``."""
-    from vllm.benchmarks.serve import add_cli_args, main
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    parser = FlexibleArgumentParser()
-    add_cli_args(parser)
-    args = parser.parse_args(
-        [
-            *("--backend", "vllm", "--host", "127.0.0.1", "--port", str(port)),
-            *("--model", "smollm2", "--tokenizer", model, "--dataset-name", "sharegpt"),
-            *("--dataset-path", str(prompts), "--sharegpt-output-len", str(tokens)),
-            *("--num-prompts", str(n)),
-            *("--max-concurrency", str(concurrency), "--temperature", "0", "--seed", "0"),
-            "--disable-tqdm",
-        ]
-    )
-    result: dict[str, Any] = main(args)
-    keep = ("completed", "duration", "total_output_tokens", "output_throughput")
-    found = {k: result[k] for k in keep if k in result}
-    for k in ("mean_tpot_ms", "median_tpot_ms", "mean_itl_ms", "median_itl_ms", "mean_ttft_ms"):
-        if k in result:
-            found[k] = result[k]
-    return found
 
 
 class Sampler:

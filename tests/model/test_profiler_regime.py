@@ -34,7 +34,7 @@ TOLERANCE = 0.15
 SCRIPT = """
 import json, sys, tempfile
 from pathlib import Path
-from bench.addon_step_cost import bench_client, server, write_prompts
+from bench.vllm_server import bench_client, server, write_prompts
 from specdeploy.runtime.profiler.backend import EngineOptions
 from specdeploy.runtime.profiler.vllm_backend import VllmBackend
 
@@ -45,7 +45,7 @@ with tempfile.TemporaryDirectory() as tmp:
     write_prompts(model, prompts, 40)
     profile = {"spec": {"fingerprint": {"maxK": 1}, "schedule": [[1, 16, 1]]}}
     with server(model, profile, None, folder, folder / "serve.log",
-                speculative_config=False) as up:
+                speculative=False) as up:
         bench_client(up["http"], model, prompts, concurrency, 1, 32)  # warm-up
         client = bench_client(up["http"], model, prompts, concurrency, 4, 128)
 options = EngineOptions(model=model, method="ngram", max_k=1, max_batch_size=16)
