@@ -81,6 +81,8 @@ import yaml
 if __package__ in (None, ""):  # run as a script: bench.* from the checkout's root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.addon_policy_ab import paired
+from bench.addon_step_cost import T975
 from bench.step_trace import FACTORY, TRACE_ENV, StepTrace, read_trace
 from bench.vllm_server import (
     addon_environment,
@@ -96,8 +98,6 @@ from bench.vllm_server import (
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "profiles" / "smollm2-135m-ngram-cpu.yaml"
-T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-"""Two-sided 95% t quantiles by degrees of freedom (1.96 beyond)."""
 GAP_S = 0.010
 """A step's time runs to the next step's start when that follows within this (a busy engine);
 after a longer gap the engine idled and the step ends where ``update_from_output`` did."""
@@ -155,24 +155,9 @@ def interval(values: Sequence[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(vals), "half": half, "n": len(vals)}
 
 
-def paired_ratio(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
-    """Geometric mean of a_i / b_i with a 95% t-interval on the log ratios."""
-    logs = [math.log(x / y) for x, y in zip(a, b, strict=True) if x > 0 and y > 0]
-    if len(logs) < 2:
-        return {
-            "mean": math.exp(logs[0]) if logs else math.nan,
-            "low": math.nan,
-            "high": math.nan,
-            "n": len(logs),
-        }
-    mean = statistics.fmean(logs)
-    half = T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return {
-        "mean": math.exp(mean),
-        "low": math.exp(mean - half),
-        "high": math.exp(mean + half),
-        "n": len(logs),
-    }
+def ratio_of(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+    """Round-by-round ratios a_i / b_i read as a geometric mean with a 95% t-interval."""
+    return paired([x / y for x, y in zip(a, b, strict=True)])
 
 
 # --- the step trace --------------------------------------------------------------------
@@ -224,6 +209,9 @@ def trace_summary(steps: list[StepTrace], batch_size: int) -> dict[str, Any]:
             sum(s.accepted for s, _ in decode) / sum(s.draft_tokens for s, _ in decode)
             if any(s.draft_tokens for s, _ in decode)
             else math.nan
+        ),
+        "context_per_sequence_at_batch": (
+            sum(s.context for s, _ in full) / sum(s.batch for s, _ in full) if full else math.nan
         ),
         "trace_self_us_mean": statistics.fmean(s.self_us for s in steps) if steps else math.nan,
     }
@@ -552,19 +540,17 @@ def summarize(level: dict[str, Any], profile: dict[str, Any], names: list[str]) 
         }
         ratios: dict[str, Any] = {}
         if "addon-table" in tps and "vllm-table" in tps:
-            ratios["addon-table / vllm-table"] = paired_ratio(tps["addon-table"], tps["vllm-table"])
+            ratios["addon-table / vllm-table"] = ratio_of(tps["addon-table"], tps["vllm-table"])
         others = [k for k in tps if k == "vanilla" or k.startswith("fixed:") or k == "vllm-table"]
         if "addon-adaptive" in tps and others:
             best = max(others, key=lambda k: statistics.fmean(tps[k]))
-            ratios[f"addon-adaptive / {best} (best other)"] = paired_ratio(
+            ratios[f"addon-adaptive / {best} (best other)"] = ratio_of(
                 tps["addon-adaptive"], tps[best]
             )
             if "vanilla" in tps:
-                ratios["addon-adaptive / vanilla"] = paired_ratio(
-                    tps["addon-adaptive"], tps["vanilla"]
-                )
+                ratios["addon-adaptive / vanilla"] = ratio_of(tps["addon-adaptive"], tps["vanilla"])
         if "vllm-table" in tps and "vanilla" in tps:
-            ratios["vllm-table / vanilla"] = paired_ratio(tps["vllm-table"], tps["vanilla"])
+            ratios["vllm-table / vanilla"] = ratio_of(tps["vllm-table"], tps["vanilla"])
         found["ratios"] = ratios
         predicted: dict[str, Any] = {}
         for name in ("vllm-table", "addon-table", *(n_ for n_ in names if n_.startswith("fixed:"))):

@@ -55,6 +55,8 @@ class StepTrace(NamedTuple):
     accepted: int
     tokens: int
     """Tokens the decoding requests emitted: accepted drafts plus one each."""
+    context: int
+    """Context the decoding requests read before the step: sum of their computed tokens."""
     self_us: float
     """The mixin's own time in this step."""
 
@@ -104,6 +106,7 @@ class _TraceMixin:
                 proposed,
                 accepted,
                 accepted + len(reading.requests),
+                reading.context_tokens,
                 (time.monotonic() - ended) * 1e6,
             )
             self._trace_file.write(json.dumps(record) + "\n")
