@@ -45,9 +45,15 @@ Under realistic noise (the ``noise`` section, issue 13): the same
 comparison (smart against exhaustive; the adaptive grid is left out, it
 decides no target) on the noise-free simulator measured through
 ``bench/search_noise.py``'s model: per-step log-normal AR(1) factors of CV
-0.1, 0.2 and 0.3 with lag-1 autocorrelation 0.5, a per-repeat offset and a
-per-prompt acceptance over-dispersion both fitted from the shipped raw file
-(``--raw``; the fit and how it is made are recorded beside the results).
+0.1, 0.2 and 0.3 with lag-1 autocorrelation 0.5, per-repeat step-time offsets
+and an acceptance over-dispersion fitted from the shipped raw file's per-repeat
+runs (``--raw``; the fit and how it is made are recorded beside the results).
+Paired as the vLLM backend measures: the r-th repeat of every K and the r-th
+baseline at a batch size decode the same prompts, so they share one offset
+and one acceptance deviation (plus an unshared offset per run); acceptance
+averages over max(batch size, 32) prompts a repeat. After the context axis
+the smart search verifies its picks again (``search.finish``; counted in
+its search cost).
 Variant ``full`` applies all of it; ``steps-only`` only the AR(1) factors,
 to tell which part of the noise costs what. Run on held-out seeds
 (``--noise-first-seed``, 1000 on: never used while building the model or
@@ -100,7 +106,7 @@ from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.profiler.document import build_profile
 from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.sampling import Sampling
-from specdeploy.runtime.profiler.search import SearchMode, measure_contexts, run_search
+from specdeploy.runtime.profiler.search import SearchMode, measure_contexts, refine, run_search
 from specdeploy.runtime.profiler.sim_backend import SimBackend
 from specdeploy.runtime.schedule import (
     IntArray,
@@ -170,10 +176,16 @@ def profile_once(
         backend = NoisyBackend(SimBackend(preset, seed=seed, jitter=0.0), noise, seed=seed)
     grid = Grid(backend, sampling, max_k=preset.max_k, smallest_batch_size=min(SIZES))
     sizes = run_search(grid, mode, SIZES)
-    searched = backend.spent_seconds
-    picks = tuple((bs, grid.best_k(bs)) for bs in sizes if grid.measured_ks(bs))
+    context_s = 0.0
     if noise is not None:
+        before = backend.spent_seconds
         measure_contexts(grid, sizes)
+        context_s = backend.spent_seconds - before
+        if mode is SearchMode.SMART:
+            # As ``search.finish``: the context cells re-fit the cost model, so the
+            # schedule's picks are verified again (counted as search cost).
+            refine(grid, sizes)
+    picks = tuple((bs, grid.best_k(bs)) for bs in sizes if grid.measured_ks(bs))
     doc = build_profile(
         grid, fingerprint=backend.fingerprint(), source=backend.source, dataset=preset.dataset
     )
@@ -184,7 +196,7 @@ def profile_once(
         grid.calls,
         backend.spent_seconds,
         grid.measured_seconds(),
-        backend.spent_seconds - searched,
+        context_s,
         picks,
     )
 
@@ -425,7 +437,12 @@ def noise_model(fitted: FittedNoise, cv: float, variant: str, rho: float = NOISE
     """The model a noise run uses: ``full`` (fitted offset and acceptance) or ``steps-only``."""
     if variant == "full":
         return NoiseModel(
-            cv=cv, rho=rho, offset_sd=fitted.offset_sd, acceptance_icc=fitted.acceptance_icc
+            cv=cv,
+            rho=rho,
+            offset_sd=fitted.offset_sd,
+            shared_offset_sd=fitted.shared_offset_sd,
+            acceptance_icc=fitted.acceptance_icc,
+            shared_acceptance_icc=fitted.shared_acceptance_icc,
         )
     if variant == "steps-only":
         return NoiseModel(cv=cv, rho=rho)
@@ -522,8 +539,10 @@ def noise_markdown(section: dict[str, Any]) -> str:
         "",
         "Every figure below is MODELLED: the `sim` backend's noise-free cost model and "
         "acceptance, measured through `bench/search_noise.py`'s noise model "
-        f"(AR(1) rho {section['rho']}, per-repeat offset sd {fit['offsetSd']:.3f}, "
-        f"acceptance ICC {fit['acceptanceIcc']:.2f}, both fitted from "
+        f"(AR(1) rho {section['rho']}, per-repeat offsets sd {fit['sharedOffsetSd']:.3f} "
+        f"paired and {fit['offsetSd']:.3f} unshared, acceptance ICC "
+        f"{fit['sharedAcceptanceIcc']:.2f} paired and {fit['acceptanceIcc']:.2f} unshared, "
+        "all fitted from "
         f"`{section['rawFile']}`). Held-out seeds {section['seeds']}; "
         f"{section['presets']} presets. Cost: smart's engine seconds / the exhaustive "
         "grid's; loss: true goodput lost at the profiled batch sizes (max over sizes), "
@@ -548,14 +567,23 @@ def noise_markdown(section: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Fitted from the raw file (`bench/search_noise.py`, `fit_raw`): step-time CV "
-        f"{fit['timingCv']:.3f} and lag-1 autocorrelation {fit['timingRho']:.2f} on the K=0 "
-        f"cells (all cells: CV {fit['allCellsCv']:.3f}, rho {fit['allCellsRho']:.2f}); "
-        f"per-repeat offset sd {fit['offsetSd']:.3f} (per cell excess variance "
-        + ", ".join(f"{k} {v:+.4f}" for k, v in fit["offsetVariancePerCell"].items())
-        + f"); acceptance intra-prompt correlation {fit['acceptanceIcc']:.2f} from the "
-        "cells' position-1 rates ("
-        + ", ".join(f"{k} {v:.3f}" for k, v in fit["acceptanceRatePerCell"].items())
+        "Fitted from the raw file's per-repeat runs (`bench/search_noise.py`, `fit_raw`): "
+        f"step-time CV {fit['timingCv']:.3f} and lag-1 autocorrelation "
+        f"{fit['timingRho']:.2f} on the K=0 runs (all runs: CV {fit['allCellsCv']:.3f}, "
+        f"rho {fit['allCellsRho']:.2f}); per-repeat offset: paired (per batch size and "
+        f"repeat, every K and the baseline alike) sd {fit['sharedOffsetSd']:.3f}, unshared "
+        f"sd {fit['offsetSd']:.3f} ("
+        + "; ".join(
+            f"{bs}: {v['rows']:.0f} rows x {v['repeats']:.0f} repeats, paired var "
+            f"{v['sharedVar']:+.4f}, unshared {v['unsharedVar']:+.4f}"
+            for bs, v in fit["offsetsPerBatchSize"].items()
+        )
+        + f"); acceptance over-dispersion (position 1, per max(batch size, 32) prompts): "
+        f"paired ICC {fit['sharedAcceptanceIcc']:.2f}, unshared {fit['acceptanceIcc']:.2f} ("
+        + "; ".join(
+            f"{bs}: paired {v['sharedIcc']:+.2f}, unshared {v['unsharedIcc']:+.2f}"
+            for bs, v in fit["acceptancePerBatchSize"].items()
+        )
         + "). Targets: cost <= 25%, loss <= 1%, at worst over presets and seeds.",
         "",
     ]
@@ -588,8 +616,9 @@ def run_noise(
         "source": "modelled",
         "note": (
             "MODELLED (sim backend): the noise-free cost model and acceptance measured "
-            "through bench/search_noise.py's model: step time x (1 + offset per repeat) x "
-            "(1 + AR(1) e_t), accepted counts Beta-binomial around each repeat's rate. "
+            "through bench/search_noise.py's model: step time x paired offset per (batch "
+            "size, repeat) x unshared offset per run x (1 + AR(1) e_t), accepted counts "
+            "binomial around each run's rate shifted by a paired and an unshared deviation. "
             "Cost = engine seconds incl. warm-up, smart / exhaustive; loss = true goodput lost "
             "(noise-free truth) at the profiled batch sizes."
         ),

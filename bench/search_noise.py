@@ -72,17 +72,32 @@ class NoiseModel:
     rho: float = 0.5
     """Lag-1 autocorrelation of the per-step factor within a repeat."""
     offset_sd: float = 0.0
-    """Standard deviation of the per-repeat factor 1 + o_r."""
+    """Standard deviation of the unshared per-repeat factor (host, time): one draw per run."""
+    shared_offset_sd: float = 0.0
+    """Standard deviation of the paired per-repeat factor (the prompt set): one draw per
+    (batch size, repeat index), shared by every K and the baseline there."""
     acceptance_icc: float = 0.0
-    """Intra-prompt correlation of acceptance: the share of its variance between prompts."""
+    """Unshared between-prompt share of acceptance variance: one deviation per run."""
+    shared_acceptance_icc: float = 0.0
+    """Paired between-prompt share: one deviation per (batch size, repeat index)."""
+    min_prompts: int = 32
+    """Prompts a repeat decodes at least (``vllm_backend --min-prompts``): acceptance
+    deviations average over max(batch size, min_prompts) prompts."""
 
     def __post_init__(self) -> None:
-        if self.cv < 0 or self.offset_sd < 0:
-            raise ValueError(f"cv and offset_sd must be >= 0, got {self.cv}, {self.offset_sd}")
+        if min(self.cv, self.offset_sd, self.shared_offset_sd) < 0:
+            raise ValueError(f"cv and offset sds must be >= 0, got {self}")
         if not -1 < self.rho < 1:
             raise ValueError(f"rho must lie in (-1, 1), got {self.rho}")
-        if not 0 <= self.acceptance_icc < 1:
-            raise ValueError(f"acceptance_icc must lie in [0, 1), got {self.acceptance_icc}")
+        for icc in (self.acceptance_icc, self.shared_acceptance_icc):
+            if not 0 <= icc < 1:
+                raise ValueError(f"acceptance ICCs must lie in [0, 1), got {icc}")
+        if self.min_prompts < 1:
+            raise ValueError(f"min_prompts must be >= 1, got {self.min_prompts}")
+
+    def prompts(self, batch_size: int) -> int:
+        """Prompts one repeat at ``batch_size`` decodes (the vLLM backend's waves)."""
+        return max(batch_size, self.min_prompts)
 
 
 def lognormal_factors(rng: np.random.Generator, n: int, cv: float) -> FloatArray:
@@ -117,25 +132,31 @@ def noisy_accepted(
     rng: np.random.Generator,
     proposed: Sequence[int],
     accepted: Sequence[int],
-    batch_size: int,
+    prompts: int,
     icc: float,
+    *,
+    shared_icc: float = 0.0,
+    shared_z: float = 0.0,
 ) -> tuple[int, ...]:
-    """Accepted counts redrawn around a per-repeat rate (the module docstring's Beta-binomial).
+    """Accepted counts redrawn around a per-repeat rate (the module docstring's model).
 
-    The rate accepted/proposed of each position is drawn from a Beta with
-    the sample's rate as mean and ``icc * p (1 - p) / batch_size`` as
-    variance (``batch_size`` independent prompts average their offsets),
-    then ``Binomial(proposed, rate)``. A position with no proposal, or a
-    rate of exactly 0 or 1 (no spread to scale), keeps its count.
+    The rate accepted/proposed of each position moves by
+    ``sqrt(p (1 - p) / prompts) * (sqrt(shared_icc) * shared_z + sqrt(icc) * z)``,
+    ``shared_z`` the paired standard normal of the (batch size, repeat) and
+    ``z`` this run's own (one draw for every position: an easy prompt set is
+    easy at every depth), clipped to [0, 1]; then ``Binomial(proposed,
+    rate)``. ``prompts`` independent prompts average their offsets. A
+    position with no proposal, or a rate of exactly 0 or 1, keeps its count.
     """
+    z = float(rng.standard_normal()) if icc > 0 else 0.0
+    scale = math.sqrt(shared_icc) * shared_z + math.sqrt(icc) * z
     out = []
-    concentration = batch_size / icc - 1.0 if icc > 0 else math.inf
     for n, a in zip(proposed, accepted, strict=True):
         p = a / n if n else 0.0
-        if n == 0 or not 0 < p < 1 or not math.isfinite(concentration):
+        if n == 0 or not 0 < p < 1 or scale == 0:
             out.append(int(a))
             continue
-        rate = rng.beta(p * concentration, (1 - p) * concentration)
+        rate = min(max(p + scale * math.sqrt(p * (1 - p) / prompts), 0.0), 1.0)
         out.append(int(rng.binomial(n, rate)))
     return tuple(out)
 
@@ -143,11 +164,15 @@ def noisy_accepted(
 class NoisyBackend:
     """A noise-free ``SimBackend`` measured through ``NoiseModel`` (MODELLED figures).
 
-    Only ``measure`` (the search's cells) is noised through the model;
-    baselines and context cells are passed through noised the same way so
-    that a search asking for them sees the same kind of engine.
-    ``spent_seconds`` is the inner backend's engine time (warm-up and
-    prefill included) with the noise's change to the counted steps added.
+    Paired like the vLLM backend (``vllm_backend._sequence_start``): the
+    r-th measurement of (batch size, K), and the r-th baseline at that batch
+    size, decode the same prompts, so they share the paired step-time offset
+    and acceptance deviation drawn for (batch size, r); the unshared offset
+    and deviation, and the AR(1) series, are drawn per run. Context cells
+    run other prompts (another length): their paired draws are their own,
+    per (batch size, K, prompt length, r). ``spent_seconds`` is the inner
+    backend's engine time (warm-up and prefill included) with the noise's
+    change to the counted steps added.
     """
 
     name = "sim"
@@ -158,8 +183,11 @@ class NoisyBackend:
             raise ValueError("wrap a noise-free SimBackend (jitter=0): the model is the noise")
         self.inner = inner
         self.noise = noise
+        self.seed = seed
         self._rng = np.random.default_rng(np.random.SeedSequence([seed, 0x0A51]))
         self._extra_seconds = 0.0
+        self._repeats: dict[tuple[Any, ...], int] = {}
+        self._paired: dict[tuple[Any, ...], tuple[float, float]] = {}
 
     @property
     def spent_seconds(self) -> float:
@@ -176,29 +204,64 @@ class NoisyBackend:
         self, batch_size: int, k: int, steps: int, *, prompt_tokens: int | None = None
     ) -> CellSample:
         """The inner cell with the step times and accepted counts noised."""
-        return self._noised(self.inner.measure(batch_size, k, steps, prompt_tokens=prompt_tokens))
+        sample = self.inner.measure(batch_size, k, steps, prompt_tokens=prompt_tokens)
+        if prompt_tokens is not None:
+            return self._noised(sample, self._next(("ctx", batch_size, k, prompt_tokens)))
+        return self._noised(sample, self._next(("cell", batch_size, k)))
 
     def measure_at_context(
         self, batch_size: int, k: int, steps: int, prompt_tokens: int
     ) -> CellSample:
-        return self._noised(self.inner.measure_at_context(batch_size, k, steps, prompt_tokens))
+        sample = self.inner.measure_at_context(batch_size, k, steps, prompt_tokens)
+        return self._noised(sample, self._next(("ctx", batch_size, k, prompt_tokens)))
 
     def measure_baseline(self, batch_size: int, steps: int) -> CellSample:
-        return self._noised(self.inner.measure_baseline(batch_size, steps))
+        sample = self.inner.measure_baseline(batch_size, steps)
+        return self._noised(sample, self._next(("base", batch_size)))
 
     def close(self) -> None:
         self.inner.close()
 
-    def _noised(self, sample: CellSample) -> CellSample:
+    def _next(self, key: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The paired key of this run: (batch size, repeat index), or a context's own."""
+        repeat = self._repeats.get(key, 0)
+        self._repeats[key] = repeat + 1
+        if key[0] == "ctx":
+            return (*key, repeat)
+        return (key[1], repeat)
+
+    def paired(self, key: tuple[Any, ...]) -> tuple[float, float]:
+        """(step-time factor, acceptance z) shared by every run with this paired key.
+
+        Drawn from a generator seeded by the key, so the draw does not depend
+        on the order the search measures cells in."""
+        if key not in self._paired:
+            words = [self.seed, 0x9A1D] + [
+                w if isinstance(w, int) else sum(map(ord, w)) for w in key
+            ]
+            rng = np.random.default_rng(np.random.SeedSequence(words))
+            factor = float(lognormal_factors(rng, 1, self.noise.shared_offset_sd)[0])
+            self._paired[key] = (factor, float(rng.standard_normal()))
+        return self._paired[key]
+
+    def _noised(self, sample: CellSample, key: tuple[Any, ...]) -> CellSample:
+        noise = self.noise
+        shared_factor, shared_z = self.paired(key)
         clean = np.asarray(sample.step_seconds, dtype=np.float64)
-        offset = lognormal_factors(self._rng, 1, self.noise.offset_sd)[0]
-        seconds = clean * offset * ar1_factors(self._rng, clean.size, self.noise.cv, self.noise.rho)
+        offset = shared_factor * lognormal_factors(self._rng, 1, noise.offset_sd)[0]
+        seconds = clean * offset * ar1_factors(self._rng, clean.size, noise.cv, noise.rho)
         self._extra_seconds += float(seconds.sum() - clean.sum())
         accepted = tuple(sample.accepted)
-        if self.noise.acceptance_icc > 0 and sample.k > 0:
+        if (noise.acceptance_icc > 0 or noise.shared_acceptance_icc > 0) and sample.k > 0:
             proposed = sample.drafted if sample.proposed is None else sample.proposed
             accepted = noisy_accepted(
-                self._rng, proposed, accepted, sample.batch_size, self.noise.acceptance_icc
+                self._rng,
+                proposed,
+                accepted,
+                noise.prompts(sample.batch_size),
+                noise.acceptance_icc,
+                shared_icc=noise.shared_acceptance_icc,
+                shared_z=shared_z,
             )
         return CellSample(
             batch_size=sample.batch_size,
@@ -216,28 +279,6 @@ class NoisyBackend:
 
 
 # --- fitting from a raw file ----------------------------------------------------------
-
-
-def split_repeats(step_seconds: Sequence[float], repeats: int, steps: int) -> list[FloatArray]:
-    """A raw cell's pooled step times cut back into its repeats.
-
-    The raw file pools a cell's steps; its first repeat always runs
-    ``steps`` (the sampling's base), and the file does not say how long the
-    later ones were, so they are taken as equal shares of the rest (exact
-    for the shipped file, whose every repeat ran ``steps``). A rest that
-    does not split evenly is refused rather than guessed.
-    """
-    times = np.asarray(step_seconds, dtype=np.float64)
-    if repeats < 1 or times.size < repeats:
-        raise ValueError(f"{times.size} steps cannot hold {repeats} repeats")
-    if repeats == 1:
-        return [times]
-    first, rest = times[:steps], times[steps:]
-    if rest.size % (repeats - 1):
-        raise ValueError(
-            f"{rest.size} steps after the first repeat do not split {repeats - 1} ways"
-        )
-    return [first, *np.split(rest, repeats - 1)]
 
 
 @cache
@@ -298,147 +339,261 @@ def mean_variance_inflation(n: int, rho: float) -> float:
     return float(1.0 + 2.0 * np.sum((1.0 - k / n) * rho**k))
 
 
-def offset_variance(repeats: Sequence[FloatArray], rho: float) -> float | None:
-    """One cell's between-repeat variance of relative means beyond the within-repeat noise.
+@dataclass(frozen=True)
+class RawRun:
+    """One engine run of a profiler raw file (``engineRuns``): one repeat of one cell."""
 
-    ``Var(repeat means) / mean^2 - CV_w^2 * inflation / n``, the second term
-    what AR(1) noise of the cell's own within-repeat CV (corrected with
-    ``rho``) would put between repeat means of n steps. May be negative (a
-    sample estimate); None for a single repeat.
+    batch_size: int
+    k: int
+    plain: bool
+    repeat: int
+    step_seconds: FloatArray
+    proposed: int
+    """Position-1 proposals (0 for K=0)."""
+    accepted: int
+    prompts: int
+    """Distinct prompts the run decoded."""
+
+    @property
+    def row(self) -> str:
+        """The run's cell as a row of its batch size's table: K, or the plain baseline."""
+        return "plain" if self.plain else f"k{self.k}"
+
+
+def raw_runs(raw: Mapping[str, Any]) -> list[RawRun]:
+    """The per-repeat runs of a raw file (its ``engineRuns``, with their repeat index)."""
+    runs = raw.get("engineRuns") or []
+    if not runs or "repeat" not in runs[0]:
+        raise ValueError("the raw file has no per-repeat engine runs with a repeat index")
+    return [
+        RawRun(
+            batch_size=int(r["batchSize"]),
+            k=int(r["k"]),
+            plain=bool(r.get("plain", False)),
+            repeat=int(r["repeat"]),
+            step_seconds=np.asarray(r["stepSeconds"], dtype=np.float64),
+            proposed=int(r["proposed"][0]) if r.get("proposed") else 0,
+            accepted=int(r["accepted"][0]) if r.get("accepted") else 0,
+            prompts=len(r.get("prompts") or []) or int(r["batchSize"]),
+        )
+        for r in runs
+    ]
+
+
+def paired_tables(
+    runs: Sequence[RawRun], value: Any, rows_of: Any = None
+) -> dict[int, tuple[list[str], list[int], FloatArray]]:
+    """Per batch size, a balanced (row x repeat) table of ``value(run)``.
+
+    Rows are the cells (K, or the plain baseline) ``rows_of(run)`` admits;
+    the columns are the repeat indices; kept: the largest set of repeats
+    0..R-1 (R >= 2) that at least two rows have all of, and those rows.
     """
-    if len(repeats) < 2:
-        return None
-    means = np.array([float(np.mean(r)) for r in repeats])
-    between = float(np.var(means / means.mean(), ddof=1))
-    devs = _relative_deviations(repeats)
-    squares = sum(float(d @ d) for d in devs)
-    within = squares / sum(_centred_traces(d.size, round(rho, 6))[0] for d in devs)
-    explained = float(
-        np.mean([within * mean_variance_inflation(r.size, rho) / r.size for r in repeats])
-    )
-    return between - explained
+    tables: dict[int, tuple[list[str], list[int], FloatArray]] = {}
+    for bs in sorted({r.batch_size for r in runs}):
+        cells: dict[str, dict[int, RawRun]] = {}
+        for r in runs:
+            if r.batch_size == bs and (rows_of is None or rows_of(r)):
+                cells.setdefault(r.row, {})[r.repeat] = r
+        for width in range(max((len(c) for c in cells.values()), default=0), 1, -1):
+            rows = sorted(n for n, c in cells.items() if all(j in c for j in range(width)))
+            if len(rows) >= 2:
+                table = np.array([[value(cells[n][j]) for j in range(width)] for n in rows])
+                tables[bs] = (rows, list(range(width)), table)
+                break
+    return tables
 
 
-def fit_offset_sd(cells: Sequence[Sequence[FloatArray]], rho: float) -> tuple[float, list[float]]:
-    """The per-repeat offset's sd pooled over cells with >= 2 repeats, and each cell's variance.
+def two_way(table: FloatArray) -> tuple[float, float, int, int]:
+    """(column mean square, residual mean square, column df, residual df) of an additive
+    row + column fit without replication: E[MS_col] = s_res^2 + I s_col^2, E[MS_res] = s_res^2."""
+    rows, cols = table.shape
+    res = table - table.mean(1, keepdims=True) - table.mean(0, keepdims=True) + table.mean()
+    df_res = (rows - 1) * (cols - 1)
+    ms_col = rows * float(((table.mean(0) - table.mean()) ** 2).sum()) / (cols - 1)
+    return ms_col, float((res**2).sum()) / df_res, cols - 1, df_res
 
-    Pooled as the mean of the cells' excess variances weighted by their
-    degrees of freedom (repeats - 1), truncated at 0 only after pooling so
-    that noise in either direction cancels.
-    """
-    per_cell: list[float] = []
-    weights: list[int] = []
-    for repeats in cells:
-        v = offset_variance(repeats, rho)
-        if v is not None:
-            per_cell.append(v)
-            weights.append(len(repeats) - 1)
-    if not per_cell:
-        raise ValueError("no cell has two repeats: the offset cannot be separated")
-    pooled = float(np.average(per_cell, weights=weights))
-    return math.sqrt(max(pooled, 0.0)), per_cell
+
+def sampling_variance(steps: FloatArray, rho: float) -> float:
+    """Variance of a run's log mean step time from its own AR(1) step noise: CV_w^2 x the
+    AR(1) inflation / n, CV_w corrected for the short series' bias."""
+    x = steps / steps.mean() - 1.0
+    n = x.size
+    cv2 = float(x @ x) / _centred_traces(n, round(rho, 6))[0]
+    return cv2 * mean_variance_inflation(n, rho) / n
 
 
 @dataclass(frozen=True)
-class AcceptanceCell:
-    """One cell's position-1 counts and how many independent prompts they came from."""
+class PairedFit:
+    """Shared and unshared variance components, pooled over batch sizes, with each one's."""
 
-    reached: int
-    accepted: int
-    prompts: int
-    """Sequences times repeats: each sequence of each repeat decodes its own prompt."""
+    shared_var: float
+    unshared_var: float
+    per_batch_size: dict[str, dict[str, float]]
+
+    @property
+    def shared_sd(self) -> float:
+        return math.sqrt(max(self.shared_var, 0.0))
+
+    @property
+    def unshared_sd(self) -> float:
+        return math.sqrt(max(self.unshared_var, 0.0))
 
 
-def fit_acceptance_icc(cells: Sequence[AcceptanceCell]) -> float:
-    """Intra-prompt correlation of acceptance from cells' rates, by moments.
+def _pool(parts: list[tuple[float, int]]) -> float:
+    weight = sum(df for _, df in parts)
+    return sum(v * df for v, df in parts) / weight if weight else 0.0
 
-    With a prompt's rate drawn with variance icc p(1-p) and its steps
-    Bernoulli around it, a cell of n sequence-steps over g prompts has
-    Var(rate) = p(1-p)/n + icc p(1-p) (1/g - 1/n). Solved for icc from the
-    cells' squared deviations from the pooled rate (times C/(C-1) for the
-    estimated mean), clipped to [0, 0.99].
+
+def fit_paired_offsets(runs: Sequence[RawRun], rho: float) -> PairedFit:
+    """Per-repeat step-time offsets split into a paired and an unshared component.
+
+    At each batch size the log mean step time of row i (a K, or the plain
+    baseline) in repeat r is mu_i + a_r + e_ir + sampling noise: a_r the
+    paired offset (the prompt set of (batch size, r), shared by every row),
+    e_ir the unshared one (host, time). The two-way table's residual mean
+    square estimates Var(e) + the runs' sampling variance (each run's own
+    AR(1) noise, ``sampling_variance``, subtracted); its column mean square
+    beyond the residual, divided by the rows, Var(a). Pooled over batch
+    sizes by degrees of freedom; truncated at 0 only by the sds.
     """
-    used = [c for c in cells if c.reached > 0 and c.prompts > 0]
-    if len(used) < 2:
-        raise ValueError("need two cells with reached counts")
-    p = sum(c.accepted for c in used) / sum(c.reached for c in used)
-    if not 0 < p < 1:
-        return 0.0
-    pq = p * (1 - p)
-    excess = sum((c.accepted / c.reached - p) ** 2 - pq / c.reached for c in used)
-    excess *= len(used) / (len(used) - 1)
-    spread = sum(pq * (1 / c.prompts - 1 / c.reached) for c in used)
-    return float(min(max(excess / spread, 0.0), 0.99)) if spread > 0 else 0.0
+    tables = paired_tables(runs, lambda r: r)
+    shared: list[tuple[float, int]] = []
+    unshared: list[tuple[float, int]] = []
+    detail: dict[str, dict[str, float]] = {}
+    for bs, (rows, _, cells) in tables.items():
+        logs = np.vectorize(lambda r: math.log(float(np.mean(r.step_seconds))))(cells)
+        within = float(np.mean([sampling_variance(r.step_seconds, rho) for r in cells.flat]))
+        ms_col, ms_res, df_col, df_res = two_way(logs.astype(np.float64))
+        a = (ms_col - ms_res) / len(rows)
+        e = ms_res - within
+        shared.append((a, df_col))
+        unshared.append((e, df_res))
+        detail[f"bs{bs}"] = {
+            "rows": len(rows),
+            "repeats": logs.shape[1],
+            "sharedVar": a,
+            "unsharedVar": e,
+            "samplingVar": within,
+        }
+    if not tables:
+        raise ValueError("no batch size has two cells with two repeats: offsets not separable")
+    return PairedFit(_pool(shared), _pool(unshared), detail)
+
+
+def fit_paired_acceptance(runs: Sequence[RawRun]) -> PairedFit:
+    """Position-1 acceptance over-dispersion split into a paired and an unshared ICC.
+
+    Each run's rate accepted/proposed, standardised by its cell's pooled
+    sqrt(p (1 - p)), is mu_k + sqrt(icc_s / g) z_r + sqrt(icc_u / g) z_kr +
+    binomial noise of variance 1/n (g prompts, n proposals): the same
+    two-way table as the offsets, over K>0 rows. icc_s = g (MS_col -
+    MS_res) / I, icc_u = g (MS_res - mean 1/n), g the mean prompts per run.
+    Returned as variances-as-ICCs (``shared_var``, ``unshared_var``).
+    """
+    pooled: dict[tuple[int, int], float] = {}
+    for key in {(r.batch_size, r.k) for r in runs if r.k > 0 and not r.plain}:
+        mine = [r for r in runs if (r.batch_size, r.k) == key and not r.plain]
+        pooled[key] = sum(r.accepted for r in mine) / max(sum(r.proposed for r in mine), 1)
+
+    def standardised(r: RawRun) -> float:
+        p = pooled[(r.batch_size, r.k)]
+        return (r.accepted / r.proposed) / math.sqrt(p * (1 - p))
+
+    tables = paired_tables(
+        runs,
+        lambda r: r,
+        rows_of=lambda r: (
+            r.k > 0 and not r.plain and r.proposed > 0 and 0 < pooled[(r.batch_size, r.k)] < 1
+        ),
+    )
+    shared: list[tuple[float, int]] = []
+    unshared: list[tuple[float, int]] = []
+    detail: dict[str, dict[str, float]] = {}
+    for bs, (rows, _, cells) in tables.items():
+        x = np.vectorize(standardised)(cells).astype(np.float64)
+        g = float(np.mean([r.prompts for r in cells.flat]))
+        binomial = float(np.mean([1.0 / r.proposed for r in cells.flat]))
+        ms_col, ms_res, df_col, df_res = two_way(x)
+        s = g * (ms_col - ms_res) / len(rows)
+        u = g * (ms_res - binomial)
+        shared.append((s, df_col))
+        unshared.append((u, df_res))
+        detail[f"bs{bs}"] = {
+            "rows": len(rows),
+            "repeats": x.shape[1],
+            "prompts": g,
+            "sharedIcc": s,
+            "unsharedIcc": u,
+        }
+    if not tables:
+        raise ValueError("no batch size has two K>0 cells with two repeats")
+    return PairedFit(_pool(shared), _pool(unshared), detail)
 
 
 @dataclass(frozen=True)
 class FittedNoise:
-    """What ``fit_raw`` found, with the cells it used (JSON-ready via ``as_dict``)."""
+    """What ``fit_raw`` found (JSON-ready via ``as_dict``)."""
 
     timing_cv: float
     timing_rho: float
     all_cells_cv: float
     all_cells_rho: float
-    offset_sd: float
-    offset_variance_per_cell: dict[str, float]
-    acceptance_icc: float
-    acceptance_rate_per_cell: dict[str, float]
+    offsets: PairedFit
+    acceptance: PairedFit
+
+    @property
+    def offset_sd(self) -> float:
+        return self.offsets.unshared_sd
+
+    @property
+    def shared_offset_sd(self) -> float:
+        return self.offsets.shared_sd
+
+    @property
+    def acceptance_icc(self) -> float:
+        return min(max(self.acceptance.unshared_var, 0.0), 0.99)
+
+    @property
+    def shared_acceptance_icc(self) -> float:
+        return min(max(self.acceptance.shared_var, 0.0), 0.99)
 
     def as_dict(self) -> dict[str, Any]:
+        def rounded(d: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+            return {k: {n: round(v, 5) for n, v in row.items()} for k, row in d.items()}
+
         return {
             "timingCv": round(self.timing_cv, 4),
             "timingRho": round(self.timing_rho, 4),
             "allCellsCv": round(self.all_cells_cv, 4),
             "allCellsRho": round(self.all_cells_rho, 4),
             "offsetSd": round(self.offset_sd, 4),
-            "offsetVariancePerCell": {
-                k: round(v, 5) for k, v in self.offset_variance_per_cell.items()
-            },
+            "sharedOffsetSd": round(self.shared_offset_sd, 4),
+            "offsetsPerBatchSize": rounded(self.offsets.per_batch_size),
             "acceptanceIcc": round(self.acceptance_icc, 4),
-            "acceptanceRatePerCell": {
-                k: round(v, 4) for k, v in self.acceptance_rate_per_cell.items()
-            },
+            "sharedAcceptanceIcc": round(self.shared_acceptance_icc, 4),
+            "acceptancePerBatchSize": rounded(self.acceptance.per_batch_size),
         }
 
 
 def fit_raw(raw: Mapping[str, Any]) -> FittedNoise:
-    """The noise model's parameters from a profiler ``--raw`` file (module docstring).
+    """The noise model's parameters from a profiler ``--raw`` file's per-repeat runs.
 
-    Step-time CV and rho from the K=0 cells: with no drafts every step
-    does the same work, so their spread is timing noise only (a K>0 cell's
-    steps also differ by how many tokens each verifies: that is signal,
-    reported separately as ``all_cells_*``). The offset needs cells with two
-    or more repeats, which in the shipped file are K>0 cells only; it uses
-    each such cell's own within-repeat spread, so the drafting-driven part
-    of it is explained away, and the all-cells rho. Acceptance from
-    position 1 (the most counts): reached is every sequence-step (steps x
-    batch size, as ``rederive`` reconstructs it for files that predate the
-    reached counts), accepted as recorded.
+    Step-time CV and rho from the K=0 runs (no drafts: every step does the
+    same work, so their spread is timing noise only; the plain baseline's
+    runs included); ``all_cells_*`` over every run, for reference (a K>0
+    run's steps also differ by what each verifies). The per-repeat offsets
+    (``fit_paired_offsets``, with the K=0 rho) and the acceptance
+    over-dispersion (``fit_paired_acceptance``) from the paired tables.
     """
-    steps = int(raw["sampling"]["steps"])
-    split: dict[str, tuple[int, list[FloatArray]]] = {}
-    accept: dict[str, AcceptanceCell] = {}
-    for cell in raw["cells"]:
-        name = f"bs{cell['batchSize']}-k{cell['k']}"
-        repeats = split_repeats(cell["stepSeconds"], int(cell["repeats"]), steps)
-        split[name] = (int(cell["k"]), repeats)
-        if cell["k"] > 0 and cell.get("accepted"):
-            reached = len(cell["stepSeconds"]) * int(cell["batchSize"])
-            prompts = int(cell["batchSize"]) * int(cell["repeats"])
-            accept[name] = AcceptanceCell(reached, int(cell["accepted"][0]), prompts)
-    timing = [r for k, reps in split.values() if k == 0 for r in reps]
-    everything = [r for _, reps in split.values() for r in reps]
-    timing_cv, timing_rho = fit_ar1(timing)
-    all_cv, all_rho = fit_ar1(everything)
-    multi = {name: reps for name, (_, reps) in split.items() if len(reps) >= 2}
-    offset_sd, per_cell = fit_offset_sd(list(multi.values()), all_rho)
+    runs = raw_runs(raw)
+    timing_cv, timing_rho = fit_ar1([r.step_seconds for r in runs if r.k == 0])
+    all_cv, all_rho = fit_ar1([r.step_seconds for r in runs])
     return FittedNoise(
         timing_cv=timing_cv,
         timing_rho=timing_rho,
         all_cells_cv=all_cv,
         all_cells_rho=all_rho,
-        offset_sd=offset_sd,
-        offset_variance_per_cell=dict(zip(multi, per_cell, strict=True)),
-        acceptance_icc=fit_acceptance_icc(list(accept.values())),
-        acceptance_rate_per_cell={n: c.accepted / c.reached for n, c in accept.items()},
+        offsets=fit_paired_offsets(runs, timing_rho),
+        acceptance=fit_paired_acceptance(runs),
     )

@@ -16,18 +16,18 @@ import pytest
 
 from bench.profiler_search import ROOT, dumps, measured_only_loss, summarise_noise
 from bench.search_noise import (
-    AcceptanceCell,
     NoiseModel,
     NoisyBackend,
+    RawRun,
     ar1_factors,
-    fit_acceptance_icc,
     fit_ar1,
-    fit_offset_sd,
+    fit_paired_acceptance,
+    fit_paired_offsets,
     fit_raw,
     lognormal_factors,
     mean_variance_inflation,
     noisy_accepted,
-    split_repeats,
+    raw_runs,
 )
 from specdeploy.runtime.profiler.sim_backend import SimBackend
 from specdeploy.runtime.sim.presets import get_preset
@@ -82,56 +82,155 @@ def test_mean_variance_inflation_by_hand() -> None:
     assert mean_variance_inflation(100_000, 0.5) == pytest.approx(3.0, rel=1e-3)
 
 
-@pytest.mark.parametrize("offset", [0.0, 0.05, 0.15])
-def test_fit_offset_sd_recovers_the_per_repeat_offset(offset: float) -> None:
-    rng = np.random.default_rng(8)
-    cells = [
-        [lognormal_factors(rng, 1, offset)[0] * ar1_factors(rng, 16, 0.15, 0.5) for _ in range(2)]
-        for _ in range(3000)
-    ]
-    fitted, per_cell = fit_offset_sd(cells, rho=0.5)
-    assert len(per_cell) == 3000
-    if offset == 0:
-        assert fitted < 0.015
-    else:
-        assert fitted == pytest.approx(offset, rel=0.15)
+def _synthetic_runs(
+    rng: np.random.Generator,
+    *,
+    shared_sd: float,
+    unshared_sd: float,
+    shared_icc: float,
+    unshared_icc: float,
+    cv: float = 0.1,
+    rho: float = 0.5,
+    groups: int = 300,
+) -> list[RawRun]:
+    """Batch sizes of 3 paired rows (K=0, 1, 2) x 3 repeats, 64 steps, 40 prompts a run:
+    log-normal paired and unshared offsets, AR(1) steps, acceptance shifted by a paired
+    and an unshared normal deviation (``noisy_accepted``'s law)."""
+    runs = []
+    for bs in range(1, groups + 1):
+        for r in range(3):
+            a = float(lognormal_factors(rng, 1, shared_sd)[0])
+            z = float(rng.standard_normal())
+            for k in range(3):
+                e = float(lognormal_factors(rng, 1, unshared_sd)[0])
+                steps = (1 + 0.1 * k) * a * e * ar1_factors(rng, 64, cv, rho)
+                p, n, g = 0.6, 400, 40
+                shift = math.sqrt(shared_icc) * z + math.sqrt(unshared_icc) * rng.standard_normal()
+                rate = min(max(p + shift * math.sqrt(p * (1 - p) / g), 0.0), 1.0)
+                runs.append(
+                    RawRun(
+                        bs,
+                        k,
+                        False,
+                        r,
+                        steps,
+                        n if k else 0,
+                        int(rng.binomial(n, rate)) if k else 0,
+                        g,
+                    )
+                )
+    return runs
 
 
-def test_fit_offset_sd_needs_two_repeats() -> None:
-    with pytest.raises(ValueError, match="two repeats"):
-        fit_offset_sd([[np.ones(16)]], rho=0.5)
+@pytest.mark.parametrize(
+    ("shared", "unshared"), [(0.0, 0.0), (0.08, 0.0), (0.0, 0.06), (0.07, 0.06)]
+)
+def test_fit_paired_offsets_separates_the_shared_from_the_unshared(
+    shared: float, unshared: float
+) -> None:
+    runs = _synthetic_runs(
+        np.random.default_rng(5),
+        shared_sd=shared,
+        unshared_sd=unshared,
+        shared_icc=0,
+        unshared_icc=0,
+    )
+    fit = fit_paired_offsets(runs, rho=0.5)
+    assert fit.shared_var == pytest.approx(shared**2, abs=0.0012)
+    assert fit.unshared_var == pytest.approx(unshared**2, abs=0.0008)
 
 
-@pytest.mark.parametrize("icc", [0.0, 0.3, 0.8])
-def test_fit_acceptance_icc_recovers_the_intra_prompt_correlation(icc: float) -> None:
-    """Cells of bs prompts x 16 steps, each prompt's rate Beta around 0.3 with that ICC."""
-    rng = np.random.default_rng(9)
-    p, steps, cells = 0.3, 16, []
-    for _ in range(1500):
-        bs = int(rng.choice([1, 4, 16]))
-        rates = rng.beta(p * (1 / icc - 1), (1 - p) * (1 / icc - 1), bs) if icc else [p] * bs
-        accepted = int(sum(rng.binomial(steps, r) for r in rates))
-        cells.append(AcceptanceCell(reached=bs * steps, accepted=accepted, prompts=bs))
-    assert fit_acceptance_icc(cells) == pytest.approx(icc, abs=0.04)
+@pytest.mark.parametrize(("shared", "unshared"), [(0.0, 0.0), (0.6, 0.0), (0.3, 0.3)])
+def test_fit_paired_acceptance_separates_the_shared_from_the_unshared(
+    shared: float, unshared: float
+) -> None:
+    runs = _synthetic_runs(
+        np.random.default_rng(6),
+        shared_sd=0,
+        unshared_sd=0,
+        shared_icc=shared,
+        unshared_icc=unshared,
+    )
+    fit = fit_paired_acceptance(runs)
+    assert fit.shared_var == pytest.approx(shared, abs=0.15)
+    assert fit.unshared_var == pytest.approx(unshared, abs=0.12)
+
+
+def test_paired_fits_need_two_paired_repeats() -> None:
+    one = [RawRun(1, k, False, 0, np.ones(16), 10, 5, 32) for k in (1, 2)]
+    with pytest.raises(ValueError, match="two"):
+        fit_paired_offsets(one, rho=0.5)
+    with pytest.raises(ValueError, match="two"):
+        fit_paired_acceptance(one)
 
 
 def test_noisy_accepted_keeps_the_mean_and_adds_the_between_prompt_variance() -> None:
     rng = np.random.default_rng(10)
-    proposed, p, bs, icc = 4000, 0.7, 8, 0.5
+    proposed, p, prompts, icc = 4000, 0.7, 32, 0.5
     draws = np.array(
-        [noisy_accepted(rng, [proposed], [int(p * proposed)], bs, icc)[0] for _ in range(4000)]
+        [noisy_accepted(rng, [proposed], [int(p * proposed)], prompts, icc)[0] for _ in range(4000)]
     )
     rates = draws / proposed
     assert draws.max() <= proposed
     assert rates.mean() == pytest.approx(p, abs=0.003)
-    expected = icc * p * (1 - p) / bs + p * (1 - p) / proposed
+    expected = icc * p * (1 - p) / prompts + p * (1 - p) / proposed
     assert rates.var() == pytest.approx(expected, rel=0.1)
     # nothing to spread: no proposal, or a certain rate, keeps its count
-    assert noisy_accepted(rng, [0, 10, 10], [0, 10, 0], bs, icc) == (0, 10, 0)
+    assert noisy_accepted(rng, [0, 10, 10], [0, 10, 0], prompts, icc) == (0, 10, 0)
 
 
-def test_noisy_backend_scales_the_clean_steps_by_a_per_repeat_offset() -> None:
-    """Same seed, same clean trace: the ratio noisy/clean is the noise alone."""
+def test_noisy_accepted_shared_deviation_moves_every_caller_alike() -> None:
+    """Only the paired part: the same z shifts two cells' rates the same way."""
+    rng = np.random.default_rng(3)
+    up = noisy_accepted(rng, [100_000], [50_000], 32, 0.0, shared_icc=0.5, shared_z=2.0)[0]
+    down = noisy_accepted(rng, [100_000], [50_000], 32, 0.0, shared_icc=0.5, shared_z=-2.0)[0]
+    shift = 2.0 * math.sqrt(0.5 * 0.25 / 32)
+    assert up / 100_000 == pytest.approx(0.5 + shift, abs=0.005)
+    assert down / 100_000 == pytest.approx(0.5 - shift, abs=0.005)
+
+
+def test_noise_model_averages_acceptance_over_at_least_min_prompts() -> None:
+    model = NoiseModel(cv=0.1)
+    assert [model.prompts(b) for b in (1, 16, 32, 64)] == [32, 32, 32, 64]
+
+
+def test_noisy_backend_pairs_every_k_and_the_baseline_per_batch_size_and_repeat() -> None:
+    """Paired offset only (cv 0, no unshared part): the r-th run of every K and the r-th
+    baseline at a batch size get the same factor; another repeat or batch size another."""
+    preset = get_preset("seed-dense")
+    clean = SimBackend(preset, seed=4, jitter=0.0)
+    noisy = NoisyBackend(
+        SimBackend(preset, seed=4, jitter=0.0), NoiseModel(cv=0.0, shared_offset_sd=0.2), seed=4
+    )
+
+    def factor(measure: Any, *args: int) -> float:
+        a, b = getattr(clean, measure)(*args), getattr(noisy, measure)(*args)
+        ratio = np.asarray(b.step_seconds) / np.asarray(a.step_seconds)
+        assert np.ptp(ratio) < 1e-9
+        return float(ratio[0])
+
+    first = [
+        factor("measure", 4, 1, 8),
+        factor("measure", 4, 2, 8),
+        factor("measure_baseline", 4, 8),
+    ]
+    assert first[0] == pytest.approx(first[1]) == pytest.approx(first[2])
+    second = [
+        factor("measure", 4, 2, 8),
+        factor("measure", 4, 1, 8),
+        factor("measure_baseline", 4, 8),
+    ]
+    assert second[0] == pytest.approx(second[1]) == pytest.approx(second[2])
+    assert second[0] != pytest.approx(first[0])
+    assert factor("measure", 8, 1, 8) != pytest.approx(first[0])
+    # the draw is the key's, not the order's: a fresh backend measuring K=2 first agrees
+    again = NoisyBackend(
+        SimBackend(preset, seed=4, jitter=0.0), NoiseModel(cv=0.0, shared_offset_sd=0.2), seed=4
+    )
+    assert again.paired((4, 0))[0] == pytest.approx(first[0])
+
+
+def test_noisy_backend_scales_the_clean_steps_by_an_unshared_offset_per_run() -> None:
     preset = get_preset("seed-dense")
     clean = SimBackend(preset, seed=4, jitter=0.0)
     noisy = NoisyBackend(
@@ -141,10 +240,10 @@ def test_noisy_backend_scales_the_clean_steps_by_a_per_repeat_offset() -> None:
     for _ in range(3):
         a, b = clean.measure(2, 1, 8), noisy.measure(2, 1, 8)
         ratio = np.asarray(b.step_seconds) / np.asarray(a.step_seconds)
-        assert np.ptp(ratio) < 1e-9  # one offset per repeat, no step noise at cv 0
+        assert np.ptp(ratio) < 1e-9
         ratios.append(ratio[0])
         assert b.drafted == a.drafted and b.accepted == a.accepted
-    assert len({round(r, 9) for r in ratios}) == 3  # a fresh offset each repeat
+    assert len({round(r, 9) for r in ratios}) == 3
 
 
 def test_noisy_backend_spent_seconds_follow_the_noise() -> None:
@@ -164,23 +263,17 @@ def test_noisy_backend_refuses_a_jittered_inner_backend() -> None:
         NoisyBackend(SimBackend(get_preset("seed-dense")), NoiseModel(cv=0.1), seed=0)
 
 
-def test_split_repeats() -> None:
-    parts = split_repeats(list(range(1, 33)), 2, 16)
-    assert [p.tolist() for p in parts] == [list(range(1, 17)), list(range(17, 33))]
-    assert [p.size for p in split_repeats(list(range(1, 49)), 3, 16)] == [16, 16, 16]
-    with pytest.raises(ValueError, match="split"):
-        split_repeats(list(range(1, 40)), 3, 16)
-
-
 def test_fit_raw_on_the_shipped_file_is_what_the_results_record() -> None:
-    fitted = fit_raw(json.loads(RAW.read_text()))
-    # K=0 cells of a shared 2-core CPU: a few percent of timing noise, mildly correlated
-    assert 0.04 < fitted.timing_cv < 0.15
-    assert 0.0 <= fitted.timing_rho < 0.6
-    assert set(fitted.offset_variance_per_cell) == {"bs1-k2", "bs1-k3", "bs4-k2", "bs4-k3"}
-    per_cell = list(fitted.offset_variance_per_cell.values())
-    assert math.isclose(fitted.offset_sd**2, max(float(np.mean(per_cell)), 0.0))  # 2 repeats each
-    assert fitted.acceptance_icc > 0.5  # n-gram: a prompt repeats itself or it does not
+    raw = json.loads(RAW.read_text())
+    runs = raw_runs(raw)
+    assert {r.prompts for r in runs} >= {32} and min(r.prompts for r in runs) >= 32
+    fitted = fit_raw(raw)
+    # the serving regime's K=0 steps: ~16% spread, strongly correlated step to step
+    assert 0.08 < fitted.timing_cv < 0.25
+    assert 0.4 < fitted.timing_rho < 0.9
+    assert set(fitted.offsets.per_batch_size) == {"bs4", "bs16"}  # bs 1 ran one repeat
+    assert 0.0 < fitted.shared_offset_sd < 0.15 and 0.0 <= fitted.offset_sd < 0.15
+    assert fitted.shared_acceptance_icc > 0.2  # the prompt set moves every K alike
     results = json.loads((ROOT / "bench/results/profiler_search.json").read_text())
     assert results["noise"]["fit"] == fitted.as_dict()
 
