@@ -9,46 +9,52 @@ binomial. A search whose intervals assume independent steps can be misled
 by exactly those features, so the bench re-runs its targets under them.
 
 The model (``NoiseModel``), applied to the noise-free simulator by
-``NoisyBackend``: step t of repeat r takes ``true_t * (1 + o_r) * (1 + e_t)``
+``NoisyBackend``, paired the way the vLLM backend measures (the r-th repeat
+of every K, and the r-th plain baseline, at a batch size decode the same
+prompts: ``vllm_backend._sequence_start(bs, repeat)``). Step t of run r of
+(batch size b, K) takes ``true_t * A_{b,r} * E_run * (1 + e_t)``:
 
 * ``1 + e_t``: stationary log-normal AR(1) with mean 1, marginal CV ``cv``
-  and lag-1 autocorrelation ``rho`` (``ar1_factors``). Log-normal keeps
-  every step positive and right-skewed (stalls, not speed-ups), and the
-  Gaussian coefficient is solved so that the *factor's* lag-1
-  autocorrelation is ``rho`` exactly. Each repeat starts a fresh stationary
-  series (a new run).
-* ``1 + o_r``: one log-normal draw per repeat (per prompt set), mean 1, sd
-  ``offset_sd``; not scaled with batch size (clock and host effects do not
-  average out over sequences).
-* acceptance: per repeat and draft position, the rate accepted/proposed is
-  drawn from a Beta around the sample's own rate with variance
-  ``icc * p (1 - p) / batch_size`` (the between-prompt share of a
-  batch of independent prompts, ``icc`` the intra-prompt correlation), then
-  accepted ~ Binomial(proposed, rate). Mean-preserving and bounded; only
+  and lag-1 autocorrelation ``rho`` (``ar1_factors``), a fresh series per run.
+  Log-normal keeps every step positive and right-skewed, and the Gaussian
+  coefficient is solved so that the *factor's* lag-1 autocorrelation is
+  ``rho`` exactly.
+* ``A_{b,r}``: the paired offset (the prompt set), one log-normal draw per
+  (batch size, repeat index), mean 1, sd ``shared_offset_sd``, shared by
+  every K and the baseline there; drawn from a generator seeded by the key,
+  so the search's order does not change it.
+* ``E_run``: the unshared offset (host, time), one draw per run, sd
+  ``offset_sd``.
+* acceptance: each run's rate accepted/proposed at every position moves by
+  ``sqrt(p (1 - p) / g) * (sqrt(shared_icc) z_{b,r} + sqrt(icc) z_run)``
+  with ``g = max(batch size, min_prompts)`` the prompts a repeat decodes (32
+  at least, the vLLM backend's waves) and ``z_{b,r}`` the paired standard
+  normal; clipped to [0, 1], then accepted ~ Binomial(proposed, rate). Only
   acceptance given a proposal moves, so proposals, verified tokens and the
   simulator's step times stay consistent with each other.
 
-Every factor has mean 1, so the noise-free truth the bench scores against
-is still the truth of what the noisy backend measures.
+Context cells (other prompt lengths, other prompts) get paired draws of
+their own. Every factor has mean 1 (acceptance up to the clip), so the
+noise-free truth the bench scores against is still the truth of what the
+noisy backend measures.
 
-Fitting (``fit_raw``) works on relative deviations ``y_t / mean_r - 1`` of
-each repeat, whose sample statistics are biased on short repeats (16 steps
-in the shipped file): the demeaned lag-1 autocorrelation is biased down by
-about (1 + 3 rho) / n, and the sample variance by the AR(1) variance of the
-mean. So ``fit_ar1`` solves for the rho whose *expected* pooled statistic
-(ratio of expectations, exact for the centred AR(1) covariance) equals the
-observed one, and divides the pooled variance by its expected value under
-that rho. ``fit_offset_sd`` takes the variance of repeat means beyond what
-the within-repeat noise (with that rho's variance inflation) explains, and
-``fit_acceptance_icc`` the per-cell variance of position-1 acceptance
-beyond the binomial, by moments. Each has a unit test on synthetic data
-with known parameters.
+Fitting (``fit_raw``) reads the raw file's per-repeat runs (``engineRuns``:
+steps, repeat index, prompts, counts). CV and rho (``fit_ar1``) come from
+the K=0 runs' relative deviations ``y_t / mean_r - 1``, whose sample
+statistics are biased on short repeats: the rho whose *expected* pooled
+lag-1 statistic equals the observed one is solved for, and the pooled
+variance divided by its expectation under that rho. The offsets
+(``fit_paired_offsets``) and the acceptance over-dispersion
+(``fit_paired_acceptance``) come from a two-way (cell x repeat) table per
+batch size: the repeat (column) mean square beyond the residual is the
+paired part, the residual beyond the runs' own sampling noise the unshared
+part. Each has a unit test on synthetic runs with known parameters.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -381,15 +387,15 @@ def raw_runs(raw: Mapping[str, Any]) -> list[RawRun]:
 
 
 def paired_tables(
-    runs: Sequence[RawRun], value: Any, rows_of: Any = None
-) -> dict[int, tuple[list[str], list[int], FloatArray]]:
-    """Per batch size, a balanced (row x repeat) table of ``value(run)``.
+    runs: Sequence[RawRun], rows_of: Callable[[RawRun], bool] | None = None
+) -> dict[int, list[list[RawRun]]]:
+    """Per batch size, a balanced (row x repeat) table of runs.
 
     Rows are the cells (K, or the plain baseline) ``rows_of(run)`` admits;
     the columns are the repeat indices; kept: the largest set of repeats
     0..R-1 (R >= 2) that at least two rows have all of, and those rows.
     """
-    tables: dict[int, tuple[list[str], list[int], FloatArray]] = {}
+    tables: dict[int, list[list[RawRun]]] = {}
     for bs in sorted({r.batch_size for r in runs}):
         cells: dict[str, dict[int, RawRun]] = {}
         for r in runs:
@@ -398,8 +404,7 @@ def paired_tables(
         for width in range(max((len(c) for c in cells.values()), default=0), 1, -1):
             rows = sorted(n for n, c in cells.items() if all(j in c for j in range(width)))
             if len(rows) >= 2:
-                table = np.array([[value(cells[n][j]) for j in range(width)] for n in rows])
-                tables[bs] = (rows, list(range(width)), table)
+                tables[bs] = [[cells[n][j] for j in range(width)] for n in rows]
                 break
     return tables
 
@@ -420,7 +425,7 @@ def sampling_variance(steps: FloatArray, rho: float) -> float:
     x = steps / steps.mean() - 1.0
     n = x.size
     cv2 = float(x @ x) / _centred_traces(n, round(rho, 6))[0]
-    return cv2 * mean_variance_inflation(n, rho) / n
+    return float(cv2 * mean_variance_inflation(n, rho) / n)
 
 
 @dataclass(frozen=True)
@@ -442,7 +447,7 @@ class PairedFit:
 
 def _pool(parts: list[tuple[float, int]]) -> float:
     weight = sum(df for _, df in parts)
-    return sum(v * df for v, df in parts) / weight if weight else 0.0
+    return float(sum(v * df for v, df in parts) / weight) if weight else 0.0
 
 
 def fit_paired_offsets(runs: Sequence[RawRun], rho: float) -> PairedFit:
@@ -457,14 +462,15 @@ def fit_paired_offsets(runs: Sequence[RawRun], rho: float) -> PairedFit:
     beyond the residual, divided by the rows, Var(a). Pooled over batch
     sizes by degrees of freedom; truncated at 0 only by the sds.
     """
-    tables = paired_tables(runs, lambda r: r)
+    tables = paired_tables(runs)
     shared: list[tuple[float, int]] = []
     unshared: list[tuple[float, int]] = []
     detail: dict[str, dict[str, float]] = {}
-    for bs, (rows, _, cells) in tables.items():
-        logs = np.vectorize(lambda r: math.log(float(np.mean(r.step_seconds))))(cells)
-        within = float(np.mean([sampling_variance(r.step_seconds, rho) for r in cells.flat]))
-        ms_col, ms_res, df_col, df_res = two_way(logs.astype(np.float64))
+    for bs, rows in tables.items():
+        logs = np.array([[math.log(float(np.mean(r.step_seconds))) for r in row] for row in rows])
+        flat = [r for row in rows for r in row]
+        within = float(np.mean([sampling_variance(r.step_seconds, rho) for r in flat]))
+        ms_col, ms_res, df_col, df_res = two_way(logs)
         a = (ms_col - ms_res) / len(rows)
         e = ms_res - within
         shared.append((a, df_col))
@@ -502,7 +508,6 @@ def fit_paired_acceptance(runs: Sequence[RawRun]) -> PairedFit:
 
     tables = paired_tables(
         runs,
-        lambda r: r,
         rows_of=lambda r: (
             r.k > 0 and not r.plain and r.proposed > 0 and 0 < pooled[(r.batch_size, r.k)] < 1
         ),
@@ -510,10 +515,11 @@ def fit_paired_acceptance(runs: Sequence[RawRun]) -> PairedFit:
     shared: list[tuple[float, int]] = []
     unshared: list[tuple[float, int]] = []
     detail: dict[str, dict[str, float]] = {}
-    for bs, (rows, _, cells) in tables.items():
-        x = np.vectorize(standardised)(cells).astype(np.float64)
-        g = float(np.mean([r.prompts for r in cells.flat]))
-        binomial = float(np.mean([1.0 / r.proposed for r in cells.flat]))
+    for bs, rows in tables.items():
+        x = np.array([[standardised(r) for r in row] for row in rows])
+        flat = [r for row in rows for r in row]
+        g = float(np.mean([r.prompts for r in flat]))
+        binomial = float(np.mean([1.0 / r.proposed for r in flat]))
         ms_col, ms_res, df_col, df_res = two_way(x)
         s = g * (ms_col - ms_res) / len(rows)
         u = g * (ms_res - binomial)
