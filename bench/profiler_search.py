@@ -470,7 +470,10 @@ def summarise_noise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     under a measured table. Targets on the worst case: cost <= 25%, true
     loss <= 1%. ``perPreset``: the same per preset (worst over seeds), and
     ``misses`` counts wrong picks by their dominant cause (the larger of
-    ``alError`` and ``itlError``, see ``misses``).
+    ``alError`` and ``itlError``, see ``misses``) and those over 1% decided with
+    one of the two cells measured by a single base repeat (``overOnePercentOnOneRepeat``:
+    a single repeat's interval cannot see the per-run offsets);
+    ``smartWithinExhaustiveLoss`` / ``exhaustiveOverOnePercent`` count profiles.
     """
     rows = []
     for variant, cv in sorted({(r["variant"], r["cv"]) for r in records}):
@@ -500,7 +503,21 @@ def summarise_noise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "byAcceptance": sum(m["alError"] >= m["itlError"] for m in every),
                 "byStepTime": sum(m["alError"] < m["itlError"] for m in every),
                 "chosenInterpolated": sum(not m["measured"] for m in every),
+                "overOnePercentOnOneRepeat": sum(
+                    m["loss"] > LOSS_TARGET
+                    and m["measured"]
+                    and 0 < min(m["samples"]) <= Sampling().steps
+                    for m in every
+                ),
             },
+            "smartWithinExhaustiveLoss": sum(
+                r["smart"]["trueMaxLossAtProfiledSizes"]
+                <= r["exhaustive"]["trueMaxLossAtProfiledSizes"] + 1e-9
+                for r in mine
+            ),
+            "exhaustiveOverOnePercent": sum(
+                r["exhaustive"]["trueMaxLossAtProfiledSizes"] > LOSS_TARGET for r in mine
+            ),
             "perPreset": [
                 {
                     "preset": preset,
@@ -566,6 +583,17 @@ def noise_markdown(section: dict[str, Any]) -> str:
             f"{'met' if row['targetsMet'] else 'MISSED'} |"
         )
     lines += [
+        "",
+        "Wrong picks over 1% (smart), per row: "
+        + "; ".join(
+            f"{row['variant']} {row['cv']:.1f}: {row['misses']['overOnePercent']} "
+            f"({row['misses']['overOnePercentOnOneRepeat']} with a one-repeat cell, "
+            f"{row['misses']['chosenInterpolated']} interpolated of all misses); smart <= "
+            f"exhaustive's loss in {row.get('smartWithinExhaustiveLoss', 0)}/{row['profiles']}"
+            f", exhaustive > 1% in {row.get('exhaustiveOverOnePercent', 0)}/{row['profiles']}"
+            for row in section["summary"]
+        )
+        + ".",
         "",
         "Fitted from the raw file's per-repeat runs (`bench/search_noise.py`, `fit_raw`): "
         f"step-time CV {fit['timingCv']:.3f} and lag-1 autocorrelation "
