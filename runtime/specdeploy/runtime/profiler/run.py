@@ -39,8 +39,8 @@ from specdeploy.runtime.profiler.progress import Progress, duration
 from specdeploy.runtime.profiler.sampling import CellStats, Sampling
 from specdeploy.runtime.profiler.search import (
     SearchMode,
+    finish,
     measure_baselines,
-    measure_contexts,
     run_search,
 )
 from specdeploy.runtime.profiler.termination import write_termination_message
@@ -89,7 +89,8 @@ class ProfileOptions:
     the vllm backend starts a second engine for it)."""
     context_axis: bool = True
     """Also measure a few cells at other contexts, where the backend can (``MeasuresContext``),
-    so the step-cost model can price context (``search.measure_contexts``)."""
+    so the step-cost model can price context (``search.measure_contexts``); the smart search
+    then verifies its picks again under the re-fitted model (``search.finish``)."""
     output: OutputOptions = field(default_factory=OutputOptions)
     termination_log: Path | None = None
     progress_interval_s: float = 10.0
@@ -222,8 +223,7 @@ def profile(
         observer=observer,
     )
     sizes = run_search(grid, options.search, options.batch_sizes)
-    if options.context_axis:
-        measure_contexts(grid, sizes)
+    finish(grid, options.search, sizes, context_axis=options.context_axis)
     if options.baseline:
         measure_baselines(grid, sizes)
     annotations = {SEARCH_ANNOTATION: options.search.value}

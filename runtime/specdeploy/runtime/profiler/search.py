@@ -34,6 +34,12 @@ The smart search measures what can change that answer:
   size, this is where the saving is: nearly every size gets probed, so the
   cost is in repeats, not in cells.
 
+After the search, ``finish`` measures the context axis (``measure_contexts``)
+and, for the smart search, runs that settle / rebisect / verify loop
+(``refine``) once more: the context cells re-fit the step-cost model the
+schedule is derived with, and the re-fitted model can pick a K that was
+never measured (or never settled) at that batch size.
+
 K=0 is measured at every batch size the table covers: the profile requires
 it. After the search, ``measure_baselines`` asks a backend that can
 (``backend.MeasuresBaseline``) for plain decoding at every batch size that
@@ -86,6 +92,17 @@ def smart(grid: Grid, sizes: list[int]) -> None:
     last = len(sizes) - 1
     best[last] = sweep_up(grid, sizes[last])
     _bisect(grid, sizes, best, 0, last, force=True)
+    refine(grid, sizes)
+
+
+def refine(grid: Grid, sizes: list[int]) -> None:
+    """``settle``, ``rebisect`` and ``verify`` until a round measures no new cell.
+
+    The smart search ends with it, and ``finish`` runs it again once the
+    context axis is in: the context cells re-fit the step-cost model, which
+    can make the derived schedule pick a K at a batch size where it was
+    never measured (or never settled against the leader there).
+    """
     for _ in range(len(sizes) * (grid.max_k + 1)):
         settle(grid)
         before = len(grid.cells)
@@ -93,6 +110,17 @@ def smart(grid: Grid, sizes: list[int]) -> None:
         verify(grid, sizes)
         if len(grid.cells) == before:
             return
+
+
+def finish(grid: Grid, mode: SearchMode, sizes: list[int], *, context_axis: bool = True) -> None:
+    """After the search: the context axis (``measure_contexts``) and, for the smart
+    search, ``refine`` again, so that the final table's leaders are measured and settled
+    under the cost model the profile is built with (the exhaustive grid has every cell)."""
+    if not context_axis:
+        return
+    measure_contexts(grid, sizes)
+    if mode is SearchMode.SMART and sizes:
+        refine(grid, sizes)
 
 
 def rebisect(grid: Grid, sizes: list[int]) -> None:

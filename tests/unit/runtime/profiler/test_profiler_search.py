@@ -272,3 +272,49 @@ def test_settle_asks_a_contender_for_no_less_than_an_even_share_of_the_budget() 
     assert target is not None
     gap = 1.0 - grid.goodput(1, 3) / grid.goodput(1, 4)
     assert target[1] >= (REGRET_TOLERANCE + gap) / math.sqrt(2) - 1e-12
+
+
+def test_finish_verifies_the_smart_search_again_under_the_context_axis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The context cells re-fit the step-cost model the schedule is derived with, so
+    ``finish`` runs ``verify`` (through ``refine``) after them: every K the final
+    table picks at a probed size is measured there. No sim preset and seed scanned
+    (3% jitter, the bench's AR(1) noise, context cells skewed 0.5-4x) made the
+    re-fitted model pick an unmeasured K, so the order is checked directly."""
+    from specdeploy.runtime.profiler import search
+
+    preset = get_preset("seed-moe")
+    grid = Grid(
+        SimBackend(preset, seed=3),
+        Sampling(min_repeats=1),
+        max_k=preset.max_k,
+        smallest_batch_size=1,
+    )
+    sizes = run_search(grid, SearchMode.SMART, SIZES)
+    seen: list[int] = []
+    real_verify = search.verify
+
+    def recording_verify(g: Grid, s: list[int]) -> bool:
+        seen.append(len(g.contexts))
+        return real_verify(g, s)
+
+    monkeypatch.setattr(search, "verify", recording_verify)
+    search.finish(grid, SearchMode.SMART, sizes)
+    assert grid.contexts and seen and seen[-1] == len(grid.contexts)
+    spec = build_profile(
+        grid, fingerprint=grid.backend.fingerprint(), source=grid.backend.source, dataset="x"
+    ).spec
+    picked = best_k_per_batch_size(goodput_grid(spec), allowed=k_values(spec))
+    probed = {bs for bs, k in grid.cells if k == 0}
+    assert all((bs, int(picked[bs])) in grid.cells for bs in probed if bs < len(picked))
+    # the exhaustive grid has every cell: nothing to verify, only the context axis
+    seen.clear()
+    full = Grid(
+        SimBackend(preset, seed=3),
+        Sampling(min_repeats=1),
+        max_k=preset.max_k,
+        smallest_batch_size=1,
+    )
+    search.finish(full, SearchMode.EXHAUSTIVE, run_search(full, SearchMode.EXHAUSTIVE, SIZES))
+    assert full.contexts and not seen
