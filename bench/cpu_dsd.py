@@ -675,6 +675,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--only", help="comma-separated policies (default: all)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the levels the output file holds; replace those this run measures "
+        "(re-run a concurrency whose sanity check failed)",
+    )
     args = p.parse_args(argv)
     if args.repeats < 2:
         p.error("--repeats: at least 2 (an interval needs two)")
@@ -707,8 +713,11 @@ def main(argv: list[str] | None = None) -> int:
         servers = {name: start(stack, name, profile, model, folder) for name in needed}
         results = []
         for c in levels:
+            level_started = time.perf_counter()
             level = run_level(servers, chosen, profile, model, prompts_file, texts, c, args)
             level["summary"] = summarize(level, profile, names)
+            level["wall_s"] = round(time.perf_counter() - level_started, 1)
+            level["command"] = " ".join(["bench/cpu_dsd.py", *(argv or sys.argv[1:])])
             results.append(level)
             args.out.mkdir(parents=True, exist_ok=True)  # a crash later keeps what was measured
             (args.out / "cpu_dsd.partial.json").write_text(json.dumps(results, indent=1))
@@ -731,6 +740,14 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["bench/cpu_dsd.py", *(argv if argv is not None else sys.argv[1:])]),
         "levels": results,
     }
+    if args.merge and (args.out / "cpu_dsd.json").exists():
+        old = json.loads((args.out / "cpu_dsd.json").read_text())
+        kept = [lv for lv in old["levels"] if lv["concurrency"] not in levels]
+        result["levels"] = sorted([*kept, *results], key=lambda lv: lv["concurrency"])
+        result["earlier_runs"] = [
+            *old.get("earlier_runs", []),
+            {k: old[k] for k in ("command", "wall_s", "load_average_start", "load_average_end")},
+        ]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu_dsd.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "cpu_dsd.md").write_text(markdown(result))
