@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from specdeploy.runtime.vllm_addon.steps import is_pure_decode, read_step
+
 TRACE_ENV = "SPECDEPLOY_STEP_TRACE"
 FACTORY = "bench.step_trace.traced_scheduler"
 
@@ -81,8 +83,6 @@ class _TraceMixin:
         return output
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        from specdeploy.runtime.vllm_addon.steps import is_pure_decode, read_step
-
         outputs = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output
         )

@@ -13,7 +13,6 @@ table, and that the new table took over without a restart.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bench.vllm_server import free_port, get, parse
 
 SPECULATIVE = {
     "method": "ngram",
@@ -41,19 +42,6 @@ PROMPT = (
 START_TIMEOUT_S = 300
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def get(url: str, timeout: float = 5) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        text: str = response.read().decode()
-        return text
-
-
 def complete(port: int, max_tokens: int = 40) -> str:
     body = json.dumps(
         {"model": "smollm2", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0}
@@ -66,20 +54,6 @@ def complete(port: int, max_tokens: int = 40) -> str:
     with urllib.request.urlopen(request, timeout=300) as response:
         text: str = json.loads(response.read())["choices"][0]["text"]
         return text
-
-
-def parse(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Prometheus text format → {(name, labels): value} (the subset these metrics use)."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, value = line.rsplit(" ", 1)
-        name, _, rest = head.partition("{")
-        pairs = (item.partition("=") for item in rest.rstrip("}").replace('"', "").split(","))
-        labels = frozenset((key, val) for key, _, val in pairs if key)
-        out[(name, labels)] = float(value)
-    return out
 
 
 def by_bucket_and_k(
@@ -134,7 +108,7 @@ def server(
             if proc.poll() is not None:
                 pytest.fail(f"vllm serve exited {proc.returncode}:\n{log_path.read_text()[-4000:]}")
             try:
-                get(f"http://127.0.0.1:{http}/health")
+                get(f"http://127.0.0.1:{http}/health", timeout=5)
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -160,7 +134,7 @@ def checkpoint(python: Path, env: dict[str, str]) -> str:
 
 
 def scrape(server: dict[str, Any]) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    return parse(get(f"http://127.0.0.1:{server['metrics']}/metrics"))
+    return parse(get(f"http://127.0.0.1:{server['metrics']}/metrics", timeout=5))
 
 
 def load(port: int, concurrency: int, requests: int) -> list[str]:
