@@ -11,6 +11,9 @@ and hands the command to this module; it never ships in the wheel.
   the operator. Idempotent: a healthy cluster is reused. The
   last line printed is ``export KUBECONFIG=...`` so ``eval "$(... | tail -1)"``
   works.
+* ``url NAMESPACE/NAME [--wait S]``: the base URL (``http://127.0.0.1:P/NS/SVC``;
+  append ``/v1/...``) through which the host reaches a SpeculativeDeployment's
+  Service (``localcluster/gateway.py``); exit 1 when no ready endpoint answers.
 * ``down [--workdir DIR]``: stop everything ``up`` started in DIR, also after
   a crash of the process that started it.
 
@@ -26,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.localcluster import binaries, cluster
+from e2e.localcluster import binaries, cluster, service_url
 from e2e.localcluster.fleet import CATALOG, DEFAULT_SPEC, FleetSpecError
 from e2e.localcluster.processes import ComponentFailed
 
@@ -66,6 +69,20 @@ def register(subparsers: Any) -> None:
     )
     up.set_defaults(handler=_up)
 
+    url = sub.add_parser(
+        "url", help="print a base URL that reaches a SpeculativeDeployment's Service from the host"
+    )
+    url.add_argument("target", metavar="NAMESPACE/NAME")
+    url.add_argument("--workdir", type=Path, default=None)
+    url.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for a ready endpoint (default: do not wait)",
+    )
+    url.set_defaults(handler=_url)
+
     down = sub.add_parser("down", help="stop the local cluster")
     down.add_argument("--workdir", type=Path, default=None)
     down.set_defaults(handler=_down)
@@ -96,6 +113,20 @@ def _up(args: argparse.Namespace) -> int:
     paths = sorted({str(bins.path(p).parent) for p in ("kubectl", "helm")})
     print(f"export PATH={':'.join(paths)}:$PATH")
     print(f"export KUBECONFIG={running.kubeconfig}")
+    return 0
+
+
+def _url(args: argparse.Namespace) -> int:
+    namespace, sep, name = args.target.partition("/")
+    if not sep or not namespace or not name:
+        _err(f"dev url: want NAMESPACE/NAME, got {args.target!r}")
+        return EXIT_USAGE
+    try:
+        found = service_url.find(args.workdir or default_workdir(), namespace, name, wait=args.wait)
+    except service_url.NotReachable as err:
+        _err(f"dev url: {err}")
+        return EXIT_FAILED
+    print(found)
     return 0
 
 

@@ -189,6 +189,18 @@ def standin_component(layout: Layout) -> Component:
     return Component("kubelet-standin", argv, f"file://{layout.run / READY_FILE}", "none")
 
 
+def gateway_component(layout: Layout, ports: Ports) -> Component:
+    """The Service gateway: a Service's ready pods reachable from the host (``gateway.py``)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "e2e.localcluster.gateway",
+        f"--kubeconfig={layout.kubeconfig()}",
+        f"--port={ports.gateway}",
+    ]
+    return Component("gateway", argv, f"http://127.0.0.1:{ports.gateway}/healthz", "none")
+
+
 def _reset(layout: Layout) -> None:
     for directory in (
         layout.etcd_data,
@@ -250,6 +262,7 @@ def _boot(
         components.scheduler(bins.path("kube-scheduler"), layout, ports),
         components.kwok(bins.path("kwok"), layout, ports, node_selector=selector),
         standin_component(layout),
+        gateway_component(layout, ports),
     ]
     _start_all(group, layout, marker, log)
     cluster = Cluster(layout, State(ports, fleet_spec, server))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from e2e.localcluster.pki import Pki
@@ -27,11 +27,13 @@ class Ports:
     scheduler: int
     kwok: int
     operator: int
+    gateway: int = 0
+    """The Service gateway (``gateway.py``); 0 in the state of a cluster from before it."""
 
     @classmethod
     def pick(cls) -> Ports:
         """Ask the kernel for free ports. Racy by nature; a lost race shows in a component's log."""
-        socks = [socket.socket() for _ in range(7)]
+        socks = [socket.socket() for _ in range(len(fields(cls)))]
         try:
             for sock in socks:
                 sock.bind(("127.0.0.1", 0))
