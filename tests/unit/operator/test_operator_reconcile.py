@@ -309,6 +309,14 @@ def test_policies_fixed_and_off_serve_without_profiling(
 # --- serving -------------------------------------------------------------
 
 
+def test_the_status_gives_the_models_in_cluster_endpoint() -> None:
+    body = deployment()
+    decision = decide(body, observed(nodes=(node("h1", H100),)), now=NOW)
+    service = next(m for m in decision.owned if m["kind"] == "Service")
+    name = service["metadata"]["name"]
+    assert decision.status["endpoint"] == f"http://{name}.{NS}.svc:8000"
+
+
 def test_a_pool_with_its_profile_gets_a_table_configmap_and_a_deployment_vllm_accepts() -> None:
     body = deployment()
     decision = decide(
