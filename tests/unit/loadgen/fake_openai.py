@@ -60,9 +60,7 @@ class FakeOpenAI:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         number = len(self.received)
-        self.received.append(
-            Recorded(request.path, dict(request.headers), await request.json())
-        )
+        self.received.append(Recorded(request.path, dict(request.headers), await request.json()))
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
