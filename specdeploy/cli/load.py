@@ -8,7 +8,7 @@
 
 A test tool: only loopback URLs (127.0.0.0/8, ::1, localhost) are accepted.
 Bounds (``loadgen/config.py``): concurrency <= 1024, duration <= 3600 s,
-max requests 10000 by default (cap 1000000), max tokens 128 (cap 32768),
+max requests 10000 by default (cap 100000), max tokens 128 (cap 32768),
 timeout 60 s per request (cap 600 s); a run lasts at most duration +
 timeout. Exit codes: 0 at least one request succeeded and none failed,
 1 some failed (the summary is still printed), 2 usage errors (a
@@ -26,7 +26,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdeploy.cli.loadgen.config import (
     APIS,
@@ -42,6 +42,9 @@ from specdeploy.cli.loadgen.config import (
     LoadConfig,
     UsageError,
 )
+
+if TYPE_CHECKING:
+    from specdeploy.cli.loadgen.runner import LoadRun
 
 MISSING_AIOHTTP = (
     "needs aiohttp, which comes with the operator extra: pip install 'specdeploy[operator]'"
@@ -110,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     return exit_code(doc["summary"])
 
 
-async def _drive(config: LoadConfig) -> Any:
+async def _drive(config: LoadConfig) -> LoadRun:
     from specdeploy.cli.loadgen.runner import LoadRunner
 
     runner = LoadRunner(config, progress=lambda line: print(line, file=sys.stderr, flush=True))

@@ -17,7 +17,8 @@ APIS = ("chat", "completions")
 
 MAX_CONCURRENCY = 1024
 MAX_DURATION_S = 3600.0
-MAX_REQUESTS_CAP = 1_000_000
+MAX_REQUESTS_CAP = 100_000
+"""Also bounds memory and the JSON: one row is kept per request."""
 MAX_TOKENS_CAP = 32_768
 MAX_TIMEOUT_S = 600.0
 
