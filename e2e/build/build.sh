@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build, or reuse, the local control plane's binaries: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kwok and helm.
+# Build, or reuse, the local cluster's binaries: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, kwok, helm, prometheus and
+# promtool.
 #
 # Each build unit is a wrapper module under e2e/build/<unit>/ (go.mod and
 # go.sum committed); its binaries land in $SPECDEPLOY_CACHE/bin/<unit>-<version>/
@@ -18,7 +19,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/versions.env"
 cache="${SPECDEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdeploy}/bin"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-units=(etcd k8s kwok helm)
+units=(etcd k8s kwok helm prometheus)
 # Bump when a change to this script changes what the binaries are.
 RECIPE=1
 
@@ -28,6 +29,7 @@ version_of() {
         k8s) echo "$K8S_VERSION" ;;
         kwok) echo "$KWOK_VERSION" ;;
         helm) echo "$HELM_VERSION" ;;
+        prometheus) echo "$PROMETHEUS_VERSION" ;;
         *) echo "unknown unit $1" >&2; return 1 ;;
     esac
 }
@@ -38,6 +40,31 @@ module_of() {
         k8s) echo k8s.io/kubernetes ;;
         kwok) echo sigs.k8s.io/kwok ;;
         helm) echo helm.sh/helm/v3 ;;
+        prometheus) echo github.com/prometheus/prometheus ;;
+    esac
+}
+
+# The version a unit's go.mod requires. Prometheus tags release 3.X.Y as Go
+# module v0.3XX.Y (3.16.0 is v0.316.0); versions.env keeps the release name.
+module_version_of() {
+    local v
+    v="$(version_of "$1")"
+    if [[ "$1" == prometheus ]]; then
+        local major minor patch
+        IFS=. read -r major minor patch <<<"${v#v}"
+        echo "v0.$((major * 100 + minor)).$patch"
+    else
+        echo "$v"
+    fi
+}
+
+# Build tags. Prometheus: drop every service-discovery plugin but Kubernetes'
+# (the cloud SDKs double the source to download); without `builtinassets` the
+# React UI is not embedded, so UI pages answer 500 while the API works.
+tags_of() {
+    case "$1" in
+        prometheus) echo remove_all_sd,enable_kubernetes_sd ;;
+        *) echo "" ;;
     esac
 }
 
@@ -45,7 +72,9 @@ unit_dir() { echo "$cache/$1-$(version_of "$1")"; }
 
 # The stamp changes whenever anything that shapes the binaries changes.
 stamp_of() {
-    { go version; echo "recipe $RECIPE"; cat "$here/$1/go.mod" "$here/$1/go.sum"; } \
+    # A tags line only where a unit has tags, so the older units' stamps stay as they were.
+    { go version; echo "recipe $RECIPE"; cat "$here/$1/go.mod" "$here/$1/go.sum"
+      if [[ -n "$(tags_of "$1")" ]]; then echo "tags $(tags_of "$1")"; fi; } \
         | sha256sum | cut -c1-16
 }
 
@@ -73,14 +102,20 @@ ldflags_of() {
                 "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1" \
                 "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(echo "$cg" | cut -d. -f2)" ;;
         kwok) echo "" ;;  # kwok's version is a constant in its source
+        prometheus)
+            # What promu stamps; `prometheus --version` and build_info show it.
+            local pkg=github.com/prometheus/common/version
+            echo "-X $pkg.Version=${v#v} -X $pkg.Revision=$(module_version_of prometheus)" \
+                "-X $pkg.Branch=HEAD -X $pkg.BuildUser=specdeploy -X $pkg.BuildDate=$date" ;;
     esac
 }
 
 check_pin() {
     local pinned
     pinned="$(cd "$here/$1" && go list -m -f '{{.Version}}' "$(module_of "$1")")"
-    if [[ "$pinned" != "$(version_of "$1")" ]]; then
-        echo "build: $1/go.mod pins $pinned but versions.env says $(version_of "$1")" >&2
+    if [[ "$pinned" != "$(module_version_of "$1")" ]]; then
+        echo "build: $1/go.mod pins $pinned but versions.env says $(version_of "$1")" \
+            "(module $(module_version_of "$1"))" >&2
         exit 1
     fi
 }
@@ -100,7 +135,7 @@ build_unit() {
     # The units' tool directives name the packages to build.
     mapfile -t tools < <(cd "$here/$unit" && go mod edit -json | python3 -c \
         'import json, sys; print(*(t["Path"] for t in json.load(sys.stdin)["Tool"]), sep="\n")')
-    (cd "$here/$unit" && nice go build -trimpath \
+    (cd "$here/$unit" && nice go build -trimpath -tags "$(tags_of "$unit")" \
         -ldflags "-s -w $(ldflags_of "$unit" "$(version_of "$unit")")" -o "$tmp/" "${tools[@]}")
     # go build names etcd's server package (go.etcd.io/etcd/server/v3) "server".
     if [[ "$unit" == etcd ]]; then mv "$tmp/server" "$tmp/etcd"; fi

@@ -1,4 +1,4 @@
-"""Where the control plane's binaries are, and building them when they are not.
+"""Where the local cluster's binaries are, and building them when they are not.
 
 ``e2e/build/build.sh`` builds each unit from its wrapper Go module into a
 cache directory outside the repository, keyed by the version pinned in
@@ -22,12 +22,15 @@ UNIT_OF = {
     "kubectl": "k8s",
     "kwok": "kwok",
     "helm": "helm",
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
 }
 VERSION_KEY = {
     "etcd": "ETCD_VERSION",
     "k8s": "K8S_VERSION",
     "kwok": "KWOK_VERSION",
     "helm": "HELM_VERSION",
+    "prometheus": "PROMETHEUS_VERSION",
 }
 
 

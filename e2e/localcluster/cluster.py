@@ -1,5 +1,10 @@
 """Bring a local cluster up in a work directory, and take it down again.
 
+The cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+KWOK, the kubelet stand-in, Prometheus 3 (file SD over
+``<workdir>/prometheus/targets``, see ``prometheus``) and, unless left out,
+the operator.
+
 ``up`` is idempotent: a healthy cluster in the directory is reused as it is.
 Otherwise whatever a crashed run left is stopped by recorded PID, the state
 (etcd data, logs, pod dirs) is wiped and the components start in dependency
@@ -22,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.localcluster import components, fleet, kubeconfig, pki, processes, stages
+from e2e.localcluster import components, fleet, kubeconfig, pki, processes, prometheus, stages
 from e2e.localcluster.binaries import Binaries
 from e2e.localcluster.components import Component
 from e2e.localcluster.kubeapi import ApiError, KubeApi
-from e2e.localcluster.layout import Layout, Ports, State
+from e2e.localcluster.layout import Layout, Ports, State, StateMismatch
 from e2e.localcluster.standin import READY_FILE
 from e2e.localcluster.waiting import wait_for
 from specdeploy.runtime.kube import paths
@@ -45,6 +50,16 @@ class Cluster:
     @property
     def kubeconfig(self) -> Path:
         return self.layout.kubeconfig()
+
+    @property
+    def prometheus_url(self) -> str:
+        """Prometheus' HTTP API (``/api/v1/query``); ``/-/ready`` answers once it serves."""
+        return self.state.prometheus_url
+
+    @property
+    def prometheus_targets(self) -> Path:
+        """The file-SD directory: ``prometheus.write_targets`` files here are scraped."""
+        return prometheus.targets_dir(self.layout)
 
     def api(self) -> KubeApi:
         return KubeApi.from_kubeconfig(self.kubeconfig)
@@ -120,12 +135,24 @@ def _write_kubeconfigs(layout: Layout, server: str) -> None:
 
 
 def healthy(layout: Layout) -> bool:
-    """Every recorded process alive and the API server ready."""
+    """Every recorded process alive, and the API server and Prometheus ready.
+
+    A cluster started by an older harness (its state has other fields, or it
+    runs no Prometheus) is not healthy, so ``up`` restarts it as this one.
+    """
     records = processes.read_records(layout.run)
     if not layout.state.exists() or not records or not all(map(processes.alive, records)):
         return False
-    ports = State.load(layout.state).ports
-    return probe(components.apiserver(Path("unused"), layout, ports), layout)
+    try:
+        ports = State.load(layout.state).ports
+    except StateMismatch:
+        return False
+    unused = Path("unused")
+    checks = (
+        components.apiserver(unused, layout, ports),
+        components.prometheus(unused, layout, ports),
+    )
+    return all(probe(component, layout) for component in checks)
 
 
 def register_fleet(api: KubeApi, spec: str) -> list[str]:
@@ -185,6 +212,7 @@ def standin_component(layout: Layout) -> Component:
         "e2e.localcluster.standin",
         f"--kubeconfig={layout.kubeconfig()}",
         f"--workdir={layout.root}",
+        f"--prometheus-targets={prometheus.targets_dir(layout)}",
     ]
     return Component("kubelet-standin", argv, f"file://{layout.run / READY_FILE}", "none")
 
@@ -208,6 +236,8 @@ def _reset(layout: Layout) -> None:
         layout.pods,
         layout.run,
         layout.root / "certs",
+        # The TSDB and the targets of pods that are gone with the old etcd.
+        layout.prometheus,
     ):
         shutil.rmtree(directory, ignore_errors=True)
     layout.state.unlink(missing_ok=True)
@@ -227,7 +257,9 @@ def up(
     ``operator=False`` leaves the operator out.
     """
     layout = Layout(workdir.resolve())
-    fleet.parse_fleet(fleet_spec)  # a bad spec fails before anything starts
+    # A bad fleet spec or scrape interval fails before anything starts.
+    fleet.parse_fleet(fleet_spec)
+    prometheus.scrape_interval()
     if healthy(layout):
         cluster = Cluster(layout, State.load(layout.state))
         wait_nodes_ready(cluster.api(), register_fleet(cluster.api(), fleet_spec))
@@ -253,7 +285,13 @@ def _boot(
     server = f"https://127.0.0.1:{ports.apiserver}"
     _write_kubeconfigs(layout, server)
     stages.write_config(layout.kwok_config)
-    _start_all([components.etcd(bins.path("etcd"), layout, ports)], layout, marker, log)
+    _write_prometheus_config(layout, ports)
+    # Prometheus needs nothing from the API server (file SD): it starts beside etcd.
+    first = [
+        components.etcd(bins.path("etcd"), layout, ports),
+        components.prometheus(bins.path("prometheus"), layout, ports),
+    ]
+    _start_all(first, layout, marker, log)
     apiserver = components.apiserver(bins.path("kube-apiserver"), layout, ports)
     _start_all([apiserver], layout, marker, log)
     selector = "=".join(fleet.KWOK_ANNOTATION)
@@ -275,6 +313,17 @@ def _boot(
     if operator:
         start_operator(cluster, log=log)
     return cluster
+
+
+def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
+    targets = prometheus.targets_dir(layout)
+    targets.mkdir(parents=True, exist_ok=True)
+    config = prometheus.render_config(
+        targets=targets,
+        self_address=f"127.0.0.1:{ports.prometheus}",
+        interval=prometheus.scrape_interval(),
+    )
+    prometheus.write_config(components.prometheus_config(layout), config)
 
 
 def start_operator(cluster: Cluster, *, log: Log = print) -> None:

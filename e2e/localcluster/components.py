@@ -1,4 +1,4 @@
-"""Command lines of the control plane's components, and where each says it is ready.
+"""Command lines of the local cluster's components, and where each says it is ready.
 
 Pure: (binaries, layout, ports) -> argv. Flags follow what kwokctl's binary
 runtime passes (sigs.k8s.io/kwok pkg/kwokctl/components) with the local
@@ -143,3 +143,27 @@ def kwok(binary: Path, layout: Layout, ports: Ports, *, node_selector: str) -> C
         "--node-lease-duration-seconds=40",
     ]
     return Component("kwok", argv, f"http://127.0.0.1:{ports.kwok}/healthz", "none")
+
+
+PROMETHEUS_RETENTION = ("2d", "1GB")
+"""TSDB retention (time, size): a local cluster's store stays bounded however long it runs."""
+
+
+def prometheus(binary: Path, layout: Layout, ports: Ports) -> Component:
+    """Prometheus 3 on loopback; its config is ``<workdir>/prometheus/prometheus.yml``."""
+    listen = f"127.0.0.1:{ports.prometheus}"
+    retention_time, retention_size = PROMETHEUS_RETENTION
+    argv = [
+        str(binary),
+        f"--config.file={prometheus_config(layout)}",
+        f"--storage.tsdb.path={layout.prometheus / 'data'}",
+        f"--storage.tsdb.retention.time={retention_time}",
+        f"--storage.tsdb.retention.size={retention_size}",
+        f"--web.listen-address={listen}",
+        "--log.level=warn",
+    ]
+    return Component("prometheus", argv, f"http://{listen}/-/ready", "none")
+
+
+def prometheus_config(layout: Layout) -> Path:
+    return layout.prometheus / "prometheus.yml"

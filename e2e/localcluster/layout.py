@@ -2,7 +2,8 @@
 
 Everything a running cluster needs to be found and stopped again lives in one
 directory: PKI, kubeconfigs, etcd data, component logs, PID files and
-``cluster.json`` (ports and fleet). Two clusters never share a directory, so
+``cluster.json`` (ports and fleet), Prometheus' config, data and file-SD
+targets. Two clusters never share a directory, so
 the pytest cluster and a developer's ``dev up`` can run side by side.
 """
 
@@ -27,13 +28,14 @@ class Ports:
     scheduler: int
     kwok: int
     operator: int
-    gateway: int = 0
-    """The Service gateway (``gateway.py``); 0 in the state of a cluster from before it."""
+    prometheus: int
+    gateway: int
+    """The Service gateway (``gateway.py``)."""
 
     @classmethod
     def pick(cls) -> Ports:
         """Ask the kernel for free ports. Racy by nature; a lost race shows in a component's log."""
-        socks = [socket.socket() for _ in range(len(fields(cls)))]
+        socks = [socket.socket() for _ in fields(cls)]
         try:
             for sock in socks:
                 sock.bind(("127.0.0.1", 0))
@@ -71,6 +73,11 @@ class Layout:
         return self.root / "pods"
 
     @property
+    def prometheus(self) -> Path:
+        """Prometheus' config, TSDB (``data/``) and file-SD targets (``targets/``)."""
+        return self.root / "prometheus"
+
+    @property
     def state(self) -> Path:
         return self.root / "cluster.json"
 
@@ -89,6 +96,10 @@ class Layout:
         return self.root / "certs" / component
 
 
+class StateMismatch(ValueError):
+    """``cluster.json`` was written by a harness with other fields (an older checkout)."""
+
+
 @dataclass(frozen=True)
 class State:
     """What ``cluster.json`` records about a started cluster."""
@@ -97,10 +108,20 @@ class State:
     fleet: str
     server: str
 
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.prometheus}"
+
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=2))
+        # The URL is derived, but written too, for scripts that read the file.
+        path.write_text(
+            json.dumps({**asdict(self), "prometheus_url": self.prometheus_url}, indent=2)
+        )
 
     @classmethod
     def load(cls, path: Path) -> State:
         raw = json.loads(path.read_text())
-        return cls(Ports(**raw["ports"]), raw["fleet"], raw["server"])
+        try:
+            return cls(Ports(**raw["ports"]), raw["fleet"], raw["server"])
+        except (KeyError, TypeError) as err:
+            raise StateMismatch(f"{path}: {err}") from err

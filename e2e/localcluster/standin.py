@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from e2e.localcluster import emulation, kubeconfig, podenv, stages
+from e2e.localcluster import emulation, kubeconfig, podenv, prometheus, stages
 from e2e.localcluster.emulation import Kind
 from e2e.localcluster.fleet import KWOK_ANNOTATION
 from e2e.localcluster.kubeapi import ApiError, KubeApi
@@ -74,6 +74,33 @@ class TargetSink(Protocol):
     def publish(self, pod: Mapping[str, Any], ports: emulation.Ports) -> None: ...
 
     def withdraw(self, pod: Mapping[str, Any]) -> None: ...
+
+
+class PrometheusTargets:
+    """A serving pod's two metrics endpoints as Prometheus file-discovery targets
+    (``prometheus.pod_target_groups``: the label contract), one file per pod."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @staticmethod
+    def _name(pod: Mapping[str, Any]) -> str:
+        meta = pod["metadata"]
+        return f"{meta['namespace']}_{meta['name']}"
+
+    def publish(self, pod: Mapping[str, Any], ports: emulation.Ports) -> None:
+        meta = pod["metadata"]
+        groups = prometheus.pod_target_groups(
+            meta["namespace"],
+            meta["name"],
+            meta.get("labels") or {},
+            api=f"127.0.0.1:{ports.http}",
+            addon=f"127.0.0.1:{ports.metrics}",
+        )
+        prometheus.write_targets(self.directory, self._name(pod), groups)
+
+    def withdraw(self, pod: Mapping[str, Any]) -> None:
+        prometheus.remove_targets(self.directory, self._name(pod))
 
 
 class ApiObjects:
@@ -383,11 +410,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument(
+        "--prometheus-targets", type=Path, help="file-discovery folder of the cluster's Prometheus"
+    )
     args = parser.parse_args(argv)
     standin = StandIn(
         KubeApi.from_kubeconfig(args.kubeconfig),
         pods_dir=args.workdir / "pods",
         marker=os.environ.get("SPECDEPLOY_CLUSTER_WORKDIR", str(args.workdir)),
+        targets=PrometheusTargets(args.prometheus_targets) if args.prometheus_targets else None,
     )
     stopping = False
 

@@ -25,6 +25,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("dev", "dev", "local control plane: build, up, down"),
     ("profile", "profile", "measure ITL per (batch size, K) into a SpeculationProfile"),
     ("operator", "operator", "run the operator; generate its CRDs (crds/)"),
+    ("load", "load", "closed-loop streaming load against a loopback server"),
 )
 
 
