@@ -86,6 +86,8 @@ def in_force(inputs: PoolInputs) -> tuple[Range, ...]:
     prev = inputs.previous
     if prev is None or prev.source is not LiveSource.LIVE or not prev.schedule_ranges:
         return inputs.base
+    if prev.profile_digest != inputs.digest:
+        return inputs.base  # derived from other profile content
     ranges = tuple(tuple(r) for r in prev.schedule_ranges)
     max_k = inputs.profile.fingerprint.max_k
     bad = list(schedule_problems(ranges, max_k=max_k))

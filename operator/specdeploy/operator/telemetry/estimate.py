@@ -65,9 +65,11 @@ def estimate_acceptance(
 
     Counts are clipped to accepted <= proposed <= reached (Prometheus'
     extrapolation and a scrape that saw half a step can break it slightly).
-    Confident when position 1 was reached ``min_reached`` times and every
-    position reached at least that often has a half-width within
-    ``confident_half_width``.
+    Confident when position 1 was reached ``min_reached`` times with a
+    half-width within ``confident_half_width``: position 1 weighs most in
+    AL(K) and is reached most, and deeper positions with wider intervals
+    lean on the prior through the blend, which is what the brief's "blend
+    with the profile's acceptance otherwise" asks, per position.
     """
     n = len(prior)
     reached = [max(v, 0.0) for v in _trim(window.reached, n)]
@@ -84,9 +86,9 @@ def estimate_acceptance(
         for i in range(n)
     )  # fmt: skip
     drafting = tuple(proposed[i] / reached[i] if reached[i] > 0 else None for i in range(n))
-    busy = [i for i in range(n) if reached[i] >= settings.min_reached]
-    confident = bool(busy) and busy[0] == 0
-    confident = confident and all(widths[i] <= settings.confident_half_width for i in busy)
+    confident = (
+        n > 0 and reached[0] >= settings.min_reached and widths[0] <= settings.confident_half_width
+    )
     return AcceptanceEstimate(
         per_position=tuple(float(x) for x in blended),
         half_width=widths,

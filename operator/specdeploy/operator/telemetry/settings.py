@@ -22,8 +22,8 @@ class TelemetrySettings:
     correlated (one prompt, one topic), so n reached positions carry about
     n / design_effect independent draws. Conservative by choice."""
     confident_half_width: float = 0.05
-    """Largest 95% half-width of a_1 (and of every position the schedule relies
-    on) for the live estimate to be trusted alone."""
+    """Largest 95% half-width of a_1 for the live estimate to be trusted (deeper
+    positions lean on the prior through the blend)."""
     min_reached: float = 200.0
     """Reached positions a window needs at position 1 before it says anything."""
     push_margin: float = 0.02
