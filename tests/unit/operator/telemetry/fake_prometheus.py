@@ -47,7 +47,8 @@ class FakePrometheus:
         return web.Response(text=json.dumps(body), content_type="application/json")
 
 
-def row(value: float | str, t: float = 1_000_000.0, **labels: str) -> dict[str, Any]:
+def row(value: float | str, labels: dict[str, str], *, t: float = 1_000_000.0) -> dict[str, Any]:
+    """One element of an instant vector."""
     return {"metric": labels, "value": [t, str(value)]}
 
 

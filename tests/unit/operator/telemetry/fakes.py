@@ -17,7 +17,6 @@ from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import APPLIED_HASH
 from specdeploy.operator.decide import Config, Decision, decide
 from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
-from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.telemetry.window import PoolWindow, StepTimes, TelemetryReport
 from specdeploy.runtime.profile import parse_profile
@@ -82,7 +81,7 @@ def window(
     """A pool's window: traffic at ``rates``, steps at ``bucket``, ``cost_factor`` x the profile."""
     reached, accepted = counts_for(rates, k, sequences)
     model = cost_model(profile_spec(deployment or body()))
-    f, v = model.base(bs, k)
+    _, v = model.base(bs, k)
     itl_s = model.itl_ms(bs, k, bs * v, bs * model.reference_context) * cost_factor / 1000.0
     return PoolWindow(
         window_seconds=60.0,
@@ -98,8 +97,9 @@ def window(
     )
 
 
-def report(**windows: PoolWindow) -> TelemetryReport:
-    return TelemetryReport(URL, 60.0, {"NVIDIA-H100-80GB-HBM3": w for w in windows.values()})
+def report(p: PoolWindow) -> TelemetryReport:
+    """An interval in which the H100 pool had window ``p``."""
+    return TelemetryReport(URL, 60.0, {H100: p})
 
 
 def stored(manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,7 +163,7 @@ def step(
     now: str = LATER,
     profile: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Decision]:
-    """One reconcile with an interval's report; returns the body with the new status, the decision."""
+    """One reconcile with an interval's report: the body with the new status, and the decision."""
     obs = world(deployment, before, telemetry=telemetry, profile=profile)
     decision = decide(deployment, obs, now=now, config=Config())
     return {**deployment, "status": decision.status}, decision

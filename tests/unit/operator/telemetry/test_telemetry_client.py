@@ -1,4 +1,4 @@
-"""The PromQL client and the loop's fetch against a fake Prometheus: batched, bounded, never crashing."""
+"""The PromQL client and the loop's fetch against a fake Prometheus: batched, bounded, no crash."""
 
 from __future__ import annotations
 
@@ -24,14 +24,14 @@ POOL = {"namespace": "inference", "specdeploy_deployment": "chat"}
 def canned() -> dict[str, list[dict[str, Any]]]:
     pools = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S")
     by_position = [
-        row(1000 / p, **POOL, specdeploy_pool=pool, position=str(p))
+        row(1000 / p, {**POOL, "specdeploy_pool": pool, "position": str(p)})
         for pool in pools
         for p in range(1, 6)
     ]
     return {
         "draft_positions_reached": by_position,
         "accepted_tokens": [{**r, "value": [r["value"][0], "500"]} for r in by_position],
-        "timestamp(": [row(999_990.0, **POOL, specdeploy_pool=pool) for pool in pools],
+        "timestamp(": [row(999_990.0, {**POOL, "specdeploy_pool": pool}) for pool in pools],
     }
 
 
@@ -118,8 +118,10 @@ def test_a_prometheus_that_is_down_is_unreachable_not_an_exception() -> None:
 
 def test_nan_and_missing_series_make_an_empty_window_not_a_crash() -> None:
     answers = {
-        "draft_positions_reached": [row("NaN", **POOL, specdeploy_pool="H100", position="1")],
-        "timestamp(": [row(999_999.0, **POOL, specdeploy_pool="H100")],
+        "draft_positions_reached": [
+            row("NaN", {**POOL, "specdeploy_pool": "H100", "position": "1"})
+        ],
+        "timestamp(": [row(999_999.0, {**POOL, "specdeploy_pool": "H100"})],
     }
 
     async def go() -> Any:

@@ -79,8 +79,8 @@ def test_answers_become_one_window_per_pool_with_positions_in_order() -> None:
     }
     windows = windows_from(answers, window_seconds=60, max_positions=5)
     h100 = windows[("inference", "d", "H100")]
-    assert h100.reached == (100, 60, 0, 0, 0)
-    assert h100.accepted == (60, 30, 0, 0, 0)
+    assert h100.reached == (100.0, 60.0, 0.0, 0.0, 0.0)
+    assert h100.accepted == (60.0, 30.0, 0.0, 0.0, 0.0)
     assert h100.step_times[("3-4", 3)].mean_ms == pytest.approx(5.0)
     assert ("1", 1) not in h100.step_times  # no steps, no cell
     assert h100.age_seconds == pytest.approx(10.0)
@@ -120,7 +120,7 @@ def test_non_finite_values_are_dropped_not_added() -> None:
     "body",
     [
         pytest.param(b"<html><body>Sign in</body></html>", id="html-login-page"),
-        pytest.param(b'{"status":"error","errorType":"bad_data","error":"parse error"}', id="error"),
+        pytest.param(b'{"status":"error","errorType":"bad_data","error":"x"}', id="error"),
         pytest.param(
             b'{"status":"success","data":{"resultType":"matrix","result":[]}}', id="a-matrix"
         ),

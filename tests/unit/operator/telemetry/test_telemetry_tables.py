@@ -1,8 +1,9 @@
-"""The live table: re-derived from live acceptance, pushed only past the margin, frozen on trouble."""
+"""The live table: re-derived from live acceptance, pushed past a margin only, frozen on trouble."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from specdeploy.operator.decide import Config, decide
@@ -39,7 +40,7 @@ def table(decision: Any) -> list[list[int]]:
     return schedule
 
 
-def mean_k(schedule: list[list[int]] | tuple[tuple[int, int, int], ...]) -> float:
+def mean_k(schedule: Sequence[Sequence[int]]) -> float:
     """K averaged over batch sizes 1..256 (the shape of a table in one number)."""
     ks = [next(k for lo, hi, k in schedule if lo <= bs <= hi) for bs in range(1, 257)]
     return sum(ks) / len(ks)
@@ -49,7 +50,7 @@ def test_a_traffic_shift_to_low_acceptance_moves_the_table_toward_lower_k_withou
     None
 ):
     deployment, before = settle(body())
-    after_body, after = step(deployment, before, report(p=window(LOW, k=3)))
+    _, after = step(deployment, before, report(p=window(LOW, k=3)))
     assert mean_k(table(after)) < mean_k(table(before))
     assert validate_vllm(table(after)) == [tuple(r) for r in table(after)]
     assert pool(after)["profileSource"] == "live"
