@@ -20,6 +20,10 @@ that serves with it model the same target, drafter and acceptance.
 4. ``DEFAULT_PRESET`` (Llama-3.1-8B with EAGLE-3 on one H200, the example
    deployment's model) for a method the simulator has no family for.
 
+Where several presets match a rule (the same model and drafter on two GPUs,
+e.g. ``llama8b-eagle3-h200`` and ``-l40s``), the first by name wins: the GPU
+is the node's anyway (``on_gpu``), and serving and profiling must agree.
+
 ``on_gpu`` moves a preset onto the node's GPU exactly as the profiler's
 ``--gpu-type`` does (``dataclasses.replace(preset, gpu=...)``: same model,
 TP and drafter, the cost model rebuilt for that GPU). Everything is modelled.
