@@ -28,7 +28,7 @@ from aiohttp import web
 from e2e.emulated.api import Api, State
 from e2e.emulated.args import ArgsError, ServeArgs
 from e2e.emulated.catalog import Match, emulated_preset
-from e2e.emulated.config import EmulatorConfig, EmulatorConfigError
+from e2e.emulated.config import GPU, PRESET, EmulatorConfig, EmulatorConfigError
 from e2e.emulated.drafting import DraftSampler
 from e2e.emulated.engine import Engine, EngineLimits
 from e2e.emulated.ksource import LOOPBACK, KSource, build_ksource
@@ -62,10 +62,16 @@ def build(args: ServeArgs, environ: Mapping[str, str]) -> Built:
     """Everything but the HTTP listener (module docstring, step 1)."""
     try:
         config = EmulatorConfig.from_env(environ)
-        method = args.speculation.method if args.speculation else None
+    except EmulatorConfigError as err:
+        raise StartError(str(err)) from None
+    method = args.speculation.method if args.speculation else None
+    try:
         preset, match = emulated_preset(args.model, method, config.gpu, config.preset)
-    except (EmulatorConfigError, KeyError) as err:
-        raise StartError(str(err.args[0] if isinstance(err, KeyError) else err)) from None
+    except KeyError as err:
+        raise StartError(
+            f"the simulator cannot emulate this pod ({GPU}={config.gpu!r}, "
+            f"{PRESET}={config.preset!r}): {err.args[0]}"
+        ) from None
     try:
         ksource = build_ksource(args, environ)
     except (ArgsError, SettingsError, AddonRefused) as err:
