@@ -148,6 +148,8 @@ class Engine:
         self.steps = 0
         self.modelled_seconds = 0.0
         """Sum of the steps' modelled GPU seconds."""
+        self.behind_s = 0.0
+        """Wall seconds the host lost beyond what the pacing could catch up (a slow host)."""
 
     # --- requests --------------------------------------------------------------
 
@@ -270,6 +272,8 @@ class Engine:
         """Sleep until this step's deadline (the previous one plus ``wall``)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
+        if self._deadline is not None and now - self._deadline > MAX_LAG_S:
+            self.behind_s += now - self._deadline - MAX_LAG_S
         start = now if self._deadline is None else max(self._deadline, now - MAX_LAG_S)
         self._deadline = start + wall
         await asyncio.sleep(max(0.0, self._deadline - now))

@@ -143,7 +143,12 @@ async def serve(args: ServeArgs, environ: Mapping[str, str] | None = None) -> in
             await engine_task
         await runner.cleanup()
         built.ksource.close()
-    log.info("EMULATED vLLM: stopped")
+    log.info(
+        "EMULATED vLLM: stopped after %d steps, %.2f modelled GPU seconds (host behind by %.2f s)",
+        engine.steps,
+        engine.modelled_seconds,
+        engine.behind_s,
+    )
     return 0
 
 
