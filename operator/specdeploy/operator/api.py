@@ -366,6 +366,57 @@ class ProfileSource(StrEnum):
     SHIPPED = "shipped"
 
 
+class LiveSource(StrEnum):
+    """Which schedule a pool's table carries: re-derived from live telemetry, or the profile's."""
+
+    LIVE = "live"
+    PROFILE = "profile"
+
+
+Schedule = tuple[tuple[int, int, int], ...]
+
+
+class PoolLive(WireModel):
+    """What telemetry says about one pool, as last recorded (written only when it moved).
+
+    Counts are over one window (``windowSeconds``, summed over the pool's
+    pods) ending at ``observedAt``; ``perPosition`` is a_i blended with the
+    profile's acceptance as prior, ``halfWidth`` its 95% half-width, and
+    ``confident`` whether the live estimate alone is trusted. ``schedule``
+    is the table in force with its ``source``; ``profileDigest`` names the
+    profile content it was derived from (another digest: ignored).
+    """
+
+    observed_at: str
+    window_seconds: float = Field(ge=0)
+    profile_digest: str
+    sequence_steps: int = Field(default=0, ge=0)
+    reached: tuple[int, ...] = ()
+    proposed: tuple[int, ...] = ()
+    accepted: tuple[int, ...] = ()
+    per_position: tuple[float, ...] = ()
+    half_width: tuple[float, ...] = ()
+    drafting_rate: float | None = Field(default=None, description="At position 1.")
+    confident: bool = False
+    verified_per_sequence: float | None = None
+    requests_per_second: float | None = None
+    cost_ratio: float | None = Field(
+        default=None, description="Live step time over the profile's, pooled over cells."
+    )
+    cost_drift_intervals: int = Field(default=0, ge=0)
+    cost_drift: bool = Field(
+        default=False, description="Sustained cost drift: re-profiling, the old table serving."
+    )
+    acceptance_drift: bool = False
+    source: LiveSource = LiveSource.PROFILE
+    schedule: str | None = None
+    schedule_ranges: Schedule | None = None
+    predicted_gain: float | None = Field(
+        default=None,
+        description="Predicted throughput of the table in force over the profile's (0.05: +5%).",
+    )
+
+
 class PoolStatus(WireModel):
     """What one pool is doing, and with which table."""
 
@@ -389,6 +440,7 @@ class PoolStatus(WireModel):
     )
     replicas: int = 0
     ready_replicas: int = 0
+    live: PoolLive | None = None
 
 
 class SpeculativeDeploymentStatus(WireModel):

@@ -7,7 +7,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from specdeploy.operator.api import Phase, PoolStatus, SpeculativeDeploymentSpec
@@ -18,6 +19,8 @@ from specdeploy.operator.naming import deployment_name, table_configmap_name
 from specdeploy.operator.observed import Observed, owner_uids
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.status import PoolOutcome
+from specdeploy.operator.telemetry.settings import DEFAULT_SETTINGS, TelemetrySettings
+from specdeploy.operator.telemetry.window import PoolWindow
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class Config:
     """Operator-wide settings that are not part of any spec."""
 
     profiler_image: str = DEFAULT_IMAGE
+    prometheus_url: str | None = None
+    """Where telemetry is read when a spec names no Prometheus (``SPECDEPLOY_PROMETHEUS_URL``)."""
+    telemetry: TelemetrySettings = DEFAULT_SETTINGS
 
 
 DEFAULT_CONFIG = Config()
@@ -48,6 +54,12 @@ class Context:
     spec: SpeculativeDeploymentSpec
     observed: Observed
     config: Config
+    previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The pools' previous status by GPU type (their recorded live views)."""
+    windows: Mapping[str, PoolWindow] = field(default_factory=dict)
+    """This interval's usable telemetry windows by pool label (empty: none this time)."""
+    now: str = ""
+    """The reconcile's clock value (recorded in live views)."""
 
 
 def pool_status(pool: Pool, state: Phase, message: str, **extra: Any) -> PoolStatus:

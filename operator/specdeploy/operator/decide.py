@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.operator.api import Phase, Policy
+from specdeploy.operator.api import Phase, Policy, SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.builders.service import model_service, service_endpoint
 from specdeploy.operator.context import (
@@ -35,7 +35,7 @@ from specdeploy.operator.context import (
 )
 from specdeploy.operator.discovery import gpu_inventory
 from specdeploy.operator.manifests import Ref, ref_of, with_applied_hash
-from specdeploy.operator.naming import service_name
+from specdeploy.operator.naming import label_value, service_name
 from specdeploy.operator.observed import Observed, owner_uids
 from specdeploy.operator.pools import Pool, plan_pools
 from specdeploy.operator.profiling import profiled_pool
@@ -49,6 +49,8 @@ from specdeploy.operator.status import (
     to_wire,
     transition_events,
 )
+from specdeploy.operator.telemetry.health import Health, tables_condition, telemetry_health
+from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
 from specdeploy.operator.validation import validate
 
 __all__ = ["DEFAULT_CONFIG", "Config", "Decision", "decide", "decide_pool"]
@@ -85,6 +87,49 @@ def decide_pool(ctx: Context, pool: Pool) -> PoolPlan:
         fixed = ((1, 1, ctx.spec.speculation.fixed_k or 0),)
         return serve(ctx, pool, Table(fixed, None, None, Profiling.NOT_NEEDED))
     return profiled_pool(ctx, pool)
+
+
+# --- telemetry -------------------------------------------------------------
+
+_OBSERVED_POLICIES = (Policy.ADAPTIVE, Policy.TABLE)
+
+
+def _previous_pools(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
+    return {str(p.get("gpuType")): p for p in (status or {}).get("pools") or []}
+
+
+def _expected_pools(
+    spec: SpeculativeDeploymentSpec, previous: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Pool labels that should export add-on series: speculating, with a ready replica."""
+    if spec.speculation.policy not in _OBSERVED_POLICIES:
+        return []
+    return [
+        label_value(gpu)
+        for gpu, pool in previous.items()
+        if pool.get("speculating") and int(pool.get("readyReplicas") or 0) >= 1
+    ]
+
+
+def _health(
+    spec: SpeculativeDeploymentSpec,
+    observed: Observed,
+    previous: Mapping[str, Mapping[str, Any]],
+    old_status: Mapping[str, Any] | None,
+    config: Config,
+) -> Health:
+    try:
+        interval = parse_interval(spec.telemetry.interval)
+    except IntervalError:
+        interval = 60.0  # the CRD's pattern admits nothing else; an old object may
+    return telemetry_health(
+        url=spec.telemetry.prometheus_url or config.prometheus_url,
+        report=observed.telemetry,
+        expected=_expected_pools(spec, previous),
+        interval_seconds=interval,
+        stale_intervals=config.telemetry.stale_intervals,
+        old_conditions=(old_status or {}).get("conditions") or [],
+    )
 
 
 # --- the whole deployment ------------------------------------------------
@@ -128,9 +173,15 @@ def decide(
         events = tuple(transition_events(old_status, status))
         return Decision(keep=_owned_refs(parent, observed), status=status, events=events)
     spec = verdict.spec
-    ctx = Context(parent, spec, observed, config)
+    previous = _previous_pools(old_status)
+    health = _health(spec, observed, previous, old_status, config)
+    ctx = Context(
+        parent, spec, observed, config, previous=previous, windows=health.windows, now=now
+    )
     pools = plan_pools(spec, gpu_inventory(observed.nodes, spec.node_selector))
     plans = [decide_pool(ctx, pool) for pool in pools]
+    statuses = [p.outcome.status for p in plans]
+    telemetry = (health.condition, tables_condition(statuses, health.condition))
     service = with_applied_hash(model_service(parent, name=service_name(parent.name)))
     owned = [service] if conflict(ctx, (service,)) is None else []
     status = to_wire(
@@ -142,6 +193,7 @@ def decide(
             endpoint=service_endpoint(parent.namespace, service_name(parent.name))
             if owned
             else None,
+            extra=telemetry,
         )
     )
     return Decision(

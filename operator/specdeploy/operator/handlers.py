@@ -32,6 +32,8 @@ from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config
 from specdeploy.operator.discovery import node_signature
 from specdeploy.operator.reconcile import Clock, reconcile_once, utc_now
+from specdeploy.operator.telemetry.loop import TelemetryLoop
+from specdeploy.operator.telemetry.window import TelemetryReport
 
 Key = tuple[str, str]
 log = logging.getLogger("specdeploy.operator")
@@ -61,6 +63,13 @@ class Reconciler:
     _retrying: set[Key] = field(default_factory=set)
     _nodes: dict[str, Hashable] = field(default_factory=dict)
     _sweep_pending: bool = False
+    _reports: dict[Key, TelemetryReport] = field(default_factory=dict)
+    """The telemetry loop's latest interval per deployment, until a reconcile used it."""
+
+    async def deliver(self, namespace: str, name: str, report: TelemetryReport) -> None:
+        """The telemetry loop's interval for a deployment: reconcile with it (coalesced)."""
+        self._reports[(namespace, name)] = report
+        await self.reconcile(namespace, name)
 
     async def reconcile(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -72,16 +81,26 @@ class Reconciler:
             await self._run(key)
 
     async def _run(self, key: Key) -> None:
+        report = self._reports.pop(key, None)
         try:
             await asyncio.to_thread(
-                reconcile_once, self.api, *key, config=self.config, clock=self.clock
+                reconcile_once,
+                self.api,
+                *key,
+                config=self.config,
+                clock=self.clock,
+                telemetry=report,
             )
+            return
         except k8s.RetryLater as err:
             log.info("%s/%s: stale view (%s); deciding again", *key, err)
-            self._retry_later(key, 0.5)
+            delay = 0.5
         except RETRIED as err:
             log.warning("%s/%s: reconcile failed: %s", *key, err)
-            self._retry_later(key, self.retry_seconds)
+            delay = self.retry_seconds
+        if report is not None:
+            self._reports.setdefault(key, report)  # the retry still has this interval
+        self._retry_later(key, delay)
 
     def _retry_later(self, key: Key, delay: float) -> None:
         if key in self._retrying:
@@ -154,14 +173,34 @@ def register_login(
         return connection_info(credentials())
 
 
+def register_telemetry(registry: kopf.OperatorRegistry, loop: TelemetryLoop) -> None:
+    """Run the telemetry loop beside kopf's watches, stopped when kopf stops."""
+    tasks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry, id="telemetry-start")
+    async def start_telemetry(**_: Any) -> None:
+        tasks.append(asyncio.get_running_loop().create_task(loop.run()))
+
+    @kopf.on.cleanup(registry=registry, id="telemetry-stop")
+    async def stop_telemetry(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+
+
 def _on(registry: kopf.OperatorRegistry, *selector: str, **filters: Any) -> Callable[[Any], Any]:
     return kopf.on.event(*selector, registry=registry, **filters)
 
 
 def register(
-    registry: kopf.OperatorRegistry, reconciler: Reconciler, *, resync_seconds: float
+    registry: kopf.OperatorRegistry,
+    reconciler: Reconciler,
+    *,
+    resync_seconds: float,
+    telemetry: TelemetryLoop | None = None,
 ) -> None:
-    """Attach the handlers to ``registry`` (a fresh one in tests)."""
+    """Attach the handlers to ``registry`` (a fresh one in tests); start ``telemetry`` with kopf."""
+    if telemetry is not None:
+        register_telemetry(registry, telemetry)
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

@@ -8,7 +8,9 @@ credentials (``register_login``).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import kopf
@@ -16,8 +18,19 @@ import kopf
 from specdeploy.operator import k8s
 from specdeploy.operator.decide import Config
 from specdeploy.operator.handlers import Reconciler, register, register_login
+from specdeploy.operator.telemetry.loop import TelemetryLoop
 
 DEFAULT_RESYNC_SECONDS = 300.0
+PROMETHEUS_URL_ENV = "SPECDEPLOY_PROMETHEUS_URL"
+"""The Prometheus telemetry reads when a spec names none (the local cluster sets it)."""
+
+
+def prometheus_from_env(config: Config) -> Config:
+    """``config`` with the environment's default Prometheus URL, unless it has one."""
+    url = os.environ.get(PROMETHEUS_URL_ENV, "").strip()
+    if config.prometheus_url is not None or not url:
+        return config
+    return replace(config, prometheus_url=url)
 
 
 def run(
@@ -37,12 +50,20 @@ def run(
     logging.getLogger("specdeploy").setLevel(log_level.upper())
     client = k8s.connect(kubeconfig, context)
     registry = kopf.OperatorRegistry()
+    settings = prometheus_from_env(config or Config())
     reconciler = Reconciler(
         api=client,
-        config=config or Config(),
+        config=settings,
         namespaces=tuple(namespaces),
     )
-    register(registry, reconciler, resync_seconds=resync_seconds)
+    telemetry = TelemetryLoop(
+        api=client,
+        deliver=reconciler.deliver,
+        default_url=settings.prometheus_url,
+        settings=settings.telemetry,
+        namespaces=tuple(namespaces),
+    )
+    register(registry, reconciler, resync_seconds=resync_seconds, telemetry=telemetry)
     register_login(registry, client.credentials)
     kopf.run(
         registry=registry,

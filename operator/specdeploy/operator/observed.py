@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from specdeploy.operator.builders.job import CONTAINER as PROFILER_CONTAINER
+from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.runtime.profile import ProfileError, SpeculationProfile, parse_profile
 from specdeploy.runtime.profiler.job_contract import DETERMINISTIC_EXIT_CODES
 
@@ -35,6 +36,8 @@ class Observed:
     profiles: Mapping[str, Obj] = field(default_factory=dict)
     children: Mapping[str, Mapping[str, Obj]] = field(default_factory=dict)
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
+    telemetry: TelemetryReport | None = None
+    """The telemetry loop's latest interval for this deployment, when it just ran."""
 
     def child(self, kind: str, name: str) -> Obj | None:
         return self.children.get(kind, {}).get(name)

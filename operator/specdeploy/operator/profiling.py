@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeploy.operator.api import Fallback, Phase, ProfilingMode
+from specdeploy.operator.api import Fallback, LiveSource, Phase, PoolLive, ProfilingMode
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.job import ProfilingJob, profiling_job
 from specdeploy.operator.builders.rbac import (
@@ -23,7 +23,7 @@ from specdeploy.operator.builders.rbac import (
 )
 from specdeploy.operator.context import Context, PoolPlan, keep_previous, pool_status
 from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
-from specdeploy.operator.naming import deployment_name, job_name
+from specdeploy.operator.naming import deployment_name, job_name, label_value
 from specdeploy.operator.observed import (
     JobPhase,
     JobState,
@@ -35,7 +35,10 @@ from specdeploy.operator.observed import (
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.serving import Table, serve
 from specdeploy.operator.status import PoolOutcome, Profiling
-from specdeploy.runtime.floor import judge
+from specdeploy.operator.telemetry.assess import PoolInputs, assess_pool, profile_digest, read_live
+from specdeploy.runtime.contract import PodEnv
+from specdeploy.runtime.floor import Verdict, judge
+from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.schedule import Range, derive_schedule, schedule_problems
 
 
@@ -127,15 +130,16 @@ def _job_outcome(ctx: Context, pool: Pool, job: ProfilingJob, state: JobState | 
     return _waiting(ctx, pool, _Wait(phase, message, profiling, job.profile_name, name, shared))
 
 
-def _job_for(ctx: Context, pool: Pool) -> ProfilingJob:
-    """The profiling Job this pool's fingerprint calls for."""
+def _job_for(ctx: Context, pool: Pool, salt: str | None = None) -> ProfilingJob:
+    """The profiling Job this pool's fingerprint calls for (``salt``: a re-profiling's)."""
     spec = ctx.spec
     fingerprint = pool_fingerprint(
         spec, gpu_type=pool.gpu_type, gpus_per_replica=pool.gpus_per_replica
     )
     name = profile_name(fingerprint)
     always = spec.profiling.mode is ProfilingMode.ALWAYS
-    salt = f"{ctx.parent.uid}/{ctx.parent.generation}" if always else None
+    if salt is None and always:
+        salt = f"{ctx.parent.uid}/{ctx.parent.generation}"
     return ProfilingJob(
         job_name=job_name(name, salt),
         profile_name=name,
@@ -167,10 +171,96 @@ def profiled_pool(ctx: Context, pool: Pool) -> PoolPlan:
             return _waiting(ctx, pool, wait)
         assert view.document is not None  # usable_schedule returned a schedule
         verdict = judge(view.document.spec, spec.profiling.batch_sizes)
-        fallback = verdict.loses and spec.speculation.fallback is Fallback.VANILLA
-        table = None if fallback else schedule
-        return serve(ctx, pool, Table(table, view.document, name, Profiling.READY, marker, verdict))
+        if verdict.loses and spec.speculation.fallback is Fallback.VANILLA:
+            table = Table(None, view.document, name, Profiling.READY, marker, verdict)
+            return serve(ctx, pool, table)
+        live = _live_table(ctx, pool, (name, view.document), schedule, marker, verdict)
+        return serve(ctx, pool, live)
     if spec.profiling.mode is ProfilingMode.NEVER:
         message = f"no SpeculationProfile {name} and spec.profiling.mode is never"
         return _waiting(ctx, pool, _Wait(Phase.PENDING, message, Profiling.MISSING, name))
     return _job_outcome(ctx, pool, job, state)
+
+
+# --- telemetry: the live table and re-profiling on cost drift -------------------
+
+
+def allowed_k(ctx: Context, pool: Pool, base: tuple[Range, ...]) -> tuple[int, ...]:
+    """The K the pool's pods run: their ``SPECDEPLOY_ALLOWED_K``, else the base table's and 0."""
+    deployment = ctx.observed.child("Deployment", deployment_name(ctx.parent.name, pool.gpu_type))
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == PodEnv.ALLOWED_K.value:
+                try:
+                    return tuple(sorted({int(k) for k in str(env.get("value")).split(",") if k}))
+                except ValueError:
+                    break
+    return tuple(sorted({0, *(r[2] for r in base)}))
+
+
+def _assessed(
+    ctx: Context, pool: Pool, document: SpeculationProfile, base: tuple[Range, ...]
+) -> PoolLive | None:
+    inputs = PoolInputs(
+        profile=document.spec,
+        digest=profile_digest(document),
+        base=base,
+        allowed_k=allowed_k(ctx, pool, base),
+        previous=read_live((ctx.previous.get(pool.gpu_type) or {}).get("live")),
+        window=ctx.windows.get(label_value(pool.gpu_type)),
+        now=ctx.now,
+    )
+    return assess_pool(inputs, ctx.config.telemetry)
+
+
+def _reprofiling(
+    ctx: Context, pool: Pool, live: PoolLive
+) -> tuple[tuple[Manifest, ...], Profiling, str]:
+    """Sustained cost drift: one Job per (fingerprint, profile content), the old table serving."""
+    job = _job_for(ctx, pool, salt=f"cost-drift/{live.profile_digest}")
+    existing = ctx.observed.child("Job", job.job_name)
+    state = (
+        None
+        if existing is None
+        else job_state(existing, ctx.observed.job_pods.get(job.job_name, ()))
+    )
+    if state is not None and state.phase is JobPhase.FAILED:
+        profiling, what = (
+            Profiling.FAILED,
+            f"re-profiling Job {job.job_name} failed: {state.message}",
+        )
+    else:
+        profiling, what = Profiling.RUNNING, f"re-profiling (cost drift) with Job {job.job_name}"
+    return _profiling_children(ctx, job), profiling, f"; {what}; the old table serves meanwhile"
+
+
+def _live_table(
+    ctx: Context,
+    pool: Pool,
+    profile: tuple[str, SpeculationProfile],
+    base: tuple[Range, ...],
+    marker: tuple[Manifest, ...],
+    verdict: Verdict,
+) -> Table:
+    """The pool's table: the live schedule when telemetry put one in force, else the profile's."""
+    name, document = profile
+    live = _assessed(ctx, pool, document, base)
+    schedule = base
+    if live is not None and live.source is LiveSource.LIVE and live.schedule_ranges:
+        schedule = tuple((int(a), int(b), int(c)) for a, b, c in live.schedule_ranges)
+    shared, profiling, message = marker, Profiling.READY, ""
+    if live is not None and live.cost_drift:
+        children, profiling, message = _reprofiling(ctx, pool, live)
+        shared = marker + children
+    return Table(
+        schedule,
+        document,
+        name,
+        profiling,
+        shared,
+        verdict,
+        live=live,
+        base=base,
+        message=message,
+    )

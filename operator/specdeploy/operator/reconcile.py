@@ -11,11 +11,12 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specdeploy.operator import k8s
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
 from specdeploy.operator.plan import plan
+from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.runtime.kube.requests import Request
 
 Clock = Callable[[], str]
@@ -42,8 +43,11 @@ def reconcile_once(
     *,
     config: Config = DEFAULT_CONFIG,
     clock: Clock = utc_now,
+    telemetry: TelemetryReport | None = None,
 ) -> Result:
+    """One reconcile; ``telemetry``: the telemetry loop's interval for it, when it just ran."""
     body, observed = k8s.gather(api, namespace, name)
+    observed = replace(observed, telemetry=telemetry)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return Result((), None)  # garbage collection removes the children
     now = clock()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.operator.api import Phase, Policy, ProfileSource
+from specdeploy.operator.api import LiveSource, Phase, Policy, PoolLive, ProfileSource
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.configmap import table_configmap
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
@@ -38,6 +38,13 @@ class Table:
     verdict: Verdict | None = None
     """Against plain decoding; with ``schedule`` None and a losing verdict, the
     pool fell back to plain decoding."""
+    live: PoolLive | None = None
+    """Telemetry's view of the pool; with ``source: live`` its schedule is ``schedule``."""
+    base: tuple[Range, ...] | None = None
+    """The schedule the pods start with (the profile's), when ``schedule`` is a live one:
+    the pod template keeps it, so a live table restarts nothing."""
+    message: str = ""
+    """Appended to the pool's message (re-profiling under way)."""
 
     @property
     def fell_back(self) -> bool:
@@ -55,7 +62,7 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         gpus_per_replica=pool.gpus_per_replica,
         replicas=pool.replicas,
         profile=table_in.profile_ref,
-        schedule=table_in.schedule,
+        schedule=table_in.base if table_in.base is not None else table_in.schedule,
     )
     table = PoolTable(
         policy=Policy.OFF if table_in.fell_back else spec.speculation.policy,
@@ -72,9 +79,14 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
     deployment = with_applied_hash(serving_deployment(parent, spec, serving))
     owned = (with_applied_hash(configmap), deployment)
     verdict = table_in.verdict
+    live = table_in.live
+    source = None if profile is None else ProfileSource(profile.spec.source.value)
+    if live is not None and live.source is LiveSource.LIVE and table_in.schedule is not None:
+        source = ProfileSource.LIVE
     extra: dict[str, Any] = {
         "profile": table_in.profile_ref,
-        "profile_source": None if profile is None else ProfileSource(profile.spec.source.value),
+        "profile_source": source,
+        "live": live,
         "schedule": None if table_in.schedule is None else format_schedule(table_in.schedule),
         "predicted_gain": None if verdict is None else verdict.gain,
         "speculating": table_in.schedule is not None,
@@ -84,6 +96,7 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         status = pool_status(pool, Phase.FAILED, taken, **extra)
         return PoolPlan(PoolOutcome(status, table_in.profiling), shared=table_in.shared)
     state, message, replicas, ready = rollout(ctx, serving.name, deployment)
+    message += table_in.message
     if table_in.fell_back and verdict is not None:
         message += (
             f"; plain decoding: the profile predicts speculation at {verdict.gain:.2f}x of "

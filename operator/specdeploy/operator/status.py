@@ -155,9 +155,11 @@ def compose(
     generation: int,
     now: str,
     endpoint: str | None = None,
+    extra: Sequence[Condition] = (),
 ) -> SpeculativeDeploymentStatus:
     """The status of a valid deployment from its pools' outcomes; ``endpoint`` the
-    in-cluster URL of its Service (None while the Service is not the operator's)."""
+    in-cluster URL of its Service (None while the Service is not the operator's),
+    ``extra`` the telemetry loop's conditions."""
     phase = overall_phase([o.status.state for o in outcomes])
     conditions = [
         _cond(VALID, True, "Valid", "spec accepted"),
@@ -165,6 +167,7 @@ def compose(
         available_condition(outcomes),
         progressing_condition(phase),
         beneficial_condition(outcomes),
+        *extra,
     ]
     return SpeculativeDeploymentStatus(
         phase=phase,
@@ -221,8 +224,48 @@ def _condition_of(status: Mapping[str, Any] | None, kind: str) -> Mapping[str, A
     return {}
 
 
+TELEMETRY_CONDITIONS = ("TelemetryHealthy", "TablesCurrent")
+"""Conditions whose every change of status or reason is an Event (drift, Prometheus trouble)."""
+
+
+def _condition_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[EventSpec]:
+    events = []
+    for kind in TELEMETRY_CONDITIONS:
+        now, before = _condition_of(new, kind), _condition_of(old, kind)
+        key = (now.get("status"), now.get("reason"))
+        if not now or key == (before.get("status"), before.get("reason")):
+            continue
+        if before or now.get("status") == "False":
+            level = "Warning" if now.get("status") == "False" else "Normal"
+            events.append(EventSpec(level, str(now["reason"]), f"{kind}: {now.get('message', '')}"))
+    return events
+
+
+def _live_events(
+    old_pools: Mapping[str, Mapping[str, Any]], gpu: str, pool: Mapping[str, Any]
+) -> list[EventSpec]:
+    """A pool's table re-derived from live telemetry, or its re-profiling begun."""
+    live, before = pool.get("live") or {}, old_pools.get(gpu, {}).get("live") or {}
+    events = []
+    if live.get("schedule") and live.get("schedule") != before.get("schedule"):
+        gain = live.get("predictedGain")
+        why = "acceptance drift" if live.get("acceptanceDrift") else "live telemetry"
+        detail = f", predicted {gain:+.1%} over the profile's" if isinstance(gain, float) else ""
+        old_table = before.get("schedule") or "the profile's"
+        message = f"pool {gpu}: table {old_table} -> {live['schedule']} ({why}{detail})"
+        events.append(EventSpec("Normal", "LiveTable", message))
+    if live.get("costDrift") and not before.get("costDrift"):
+        message = (
+            f"pool {gpu}: live step times {live.get('costRatio')}x the profile's for "
+            f"{live.get('costDriftIntervals')} intervals: re-profiling, "
+            "the old table serves meanwhile"
+        )
+        events.append(EventSpec("Warning", "CostDrift", message))
+    return events
+
+
 def transition_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[EventSpec]:
-    """One Event per transition: the spec rejected, the phase, each pool's state."""
+    """One Event per transition: the spec rejected, the phase, each pool's state, telemetry's."""
     events = []
     valid = _condition_of(new, VALID)
     if valid.get("status") == "False" and _condition_of(old, VALID) != valid:
@@ -240,4 +283,6 @@ def transition_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> 
             kind = "Warning" if pool.get("state") in (Phase.FAILED, Phase.DEGRADED) else "Normal"
             message = f"pool {gpu}: {prior or 'new'} -> {pool['state']}: {pool.get('message', '')}"
             events.append(EventSpec(kind, f"Pool{pool['state']}", message))
+        events.extend(_live_events(old_pools, gpu, pool))
+    events.extend(_condition_events(old, new))
     return events

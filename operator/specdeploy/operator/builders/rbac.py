@@ -78,7 +78,7 @@ def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
         },
         {
             "apiGroups": [GROUP],
-            "resources": [f"{PLURAL}/status"],
+            "resources": [f"{PLURAL}/status", f"{PROFILE_PLURAL}/status"],
             "verbs": ["get", "patch", "update"],
         },
         {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},

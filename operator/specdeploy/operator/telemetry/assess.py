@@ -1,0 +1,214 @@
+"""One pool's live view from its window, its previous view and its profile. Pure.
+
+Called by the ordinary reconcile (``profiling.profiled_pool``) with the
+window the telemetry loop handed over, if any:
+
+1. no window (no interval yet, Prometheus down, series stale or missing):
+   the previous view stays exactly as recorded, so the table in force is
+   frozen and status is not rewritten;
+2. a profile with other content than the view was derived from (it was
+   re-profiled): the old view is dropped;
+3. otherwise: live acceptance (``estimate``), the cost ratio and its drift
+   streak (``drift``), a candidate schedule from live acceptance and the
+   live-corrected cost model (``specdeploy.runtime.rederive``) over the K the
+   pods run. The candidate replaces the table in force only when the
+   estimate is confident, no re-profiling is under way, and it predicts
+   more than ``push_margin`` over it: no thrashing;
+4. the new view is recorded only when it moved (the schedule, a flag, the
+   streak, or acceptance or cost beyond ``record_tolerance``): a quiet
+   interval writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from specdeploy.operator.api import LiveSource, PoolLive
+from specdeploy.operator.manifests import content_hash
+from specdeploy.operator.telemetry.drift import CostStreak, acceptance_drifted, next_streak
+from specdeploy.operator.telemetry.estimate import (
+    AcceptanceEstimate,
+    batch_weights,
+    cell_ratios,
+    estimate_acceptance,
+    itl_scale,
+    pooled_ratio,
+)
+from specdeploy.operator.telemetry.settings import TelemetrySettings
+from specdeploy.operator.telemetry.window import PoolWindow
+from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
+from specdeploy.runtime.rederive import (
+    derive_live_schedule,
+    grid_rows,
+    live_goodput_grid,
+    predicted_gain,
+)
+from specdeploy.runtime.schedule import Range, cost_model, format_schedule, schedule_problems
+
+
+def profile_digest(document: SpeculationProfile) -> str:
+    """The profile's content, hashed: a live view derived from other content is void."""
+    return content_hash(document.to_document()["spec"])[:12]
+
+
+def read_live(raw: Mapping[str, Any] | None) -> PoolLive | None:
+    """A recorded view from status; None when absent or not of this version's shape."""
+    if not raw:
+        return None
+    try:
+        return PoolLive.model_validate(raw)
+    except ValidationError:
+        return None  # an older operator's shape: re-derived at the next interval
+
+
+@dataclass(frozen=True)
+class PoolInputs:
+    """What one pool's assessment reads."""
+
+    profile: ProfileSpec
+    digest: str
+    """The profile content's hash: a view derived from another content is void."""
+    base: tuple[Range, ...]
+    """The profile's schedule (usable with this maxK): the table without telemetry."""
+    allowed_k: tuple[int, ...]
+    """The K the pods run (their CUDA-graph shapes): a table may use no other."""
+    previous: PoolLive | None
+    window: PoolWindow | None
+    now: str
+
+
+def in_force(inputs: PoolInputs) -> tuple[Range, ...]:
+    """The schedule the pool serves now: the recorded live one when valid, else the profile's."""
+    prev = inputs.previous
+    if prev is None or prev.source is not LiveSource.LIVE or not prev.schedule_ranges:
+        return inputs.base
+    if prev.profile_digest != inputs.digest:
+        return inputs.base  # derived from other profile content
+    ranges = tuple(tuple(r) for r in prev.schedule_ranges)
+    max_k = inputs.profile.fingerprint.max_k
+    bad = list(schedule_problems(ranges, max_k=max_k))
+    if bad or any(r[2] not in inputs.allowed_k for r in ranges):
+        return inputs.base  # never serve a table vLLM or the pods would refuse
+    return ranges  # type: ignore[return-value]
+
+
+def _prior(spec: ProfileSpec) -> list[float]:
+    n = spec.fingerprint.max_k
+    rates = list(spec.acceptance.per_position)[:n]
+    return rates + [0.0] * (n - len(rates))
+
+
+def _moved(before: PoolLive, after: PoolLive, tolerance: float) -> bool:
+    flags = ("confident", "cost_drift_intervals", "cost_drift", "acceptance_drift", "source")
+    if any(getattr(before, f) != getattr(after, f) for f in flags):
+        return True
+    if before.schedule_ranges != after.schedule_ranges:
+        return True
+    if len(before.per_position) != len(after.per_position):
+        return True
+    if any(
+        abs(a - b) > tolerance for a, b in zip(before.per_position, after.per_position, strict=True)
+    ):
+        return True
+    a, b = before.cost_ratio, after.cost_ratio
+    return (a is None) != (b is None) or (
+        a is not None and b is not None and abs(a - b) > tolerance
+    )
+
+
+def _rounded(values: Sequence[float], digits: int = 4) -> tuple[float, ...]:
+    return tuple(round(float(v), digits) for v in values)
+
+
+def _record(
+    inputs: PoolInputs,
+    estimate: AcceptanceEstimate,
+    *,
+    ratio: float | None,
+    streak: CostStreak,
+    drifted: bool,
+    schedule: tuple[Range, ...],
+    source: LiveSource,
+    gain: float | None,
+) -> PoolLive:
+    window = inputs.window
+    assert window is not None
+    verified = window.verified_per_sequence
+    return PoolLive(
+        observed_at=inputs.now,
+        window_seconds=window.window_seconds,
+        profile_digest=inputs.digest,
+        sequence_steps=round(window.sequence_steps),
+        reached=tuple(round(v) for v in estimate.reached),
+        proposed=tuple(round(v) for v in estimate.proposed),
+        accepted=tuple(round(v) for v in estimate.accepted),
+        per_position=_rounded(estimate.per_position),
+        half_width=_rounded(estimate.half_width),
+        drafting_rate=None
+        if estimate.drafting_rate[0] is None
+        else round(estimate.drafting_rate[0], 4),
+        confident=estimate.confident,
+        verified_per_sequence=None if verified is None else round(verified, 3),
+        requests_per_second=None
+        if window.requests_per_second is None
+        else round(window.requests_per_second, 3),
+        cost_ratio=None if ratio is None else round(ratio, 3),
+        cost_drift_intervals=streak.intervals,
+        cost_drift=streak.sustained,
+        acceptance_drift=drifted,
+        source=source,
+        schedule=format_schedule(schedule) if source is LiveSource.LIVE else None,
+        schedule_ranges=schedule if source is LiveSource.LIVE else None,
+        predicted_gain=None if gain is None else round(gain, 4),
+    )
+
+
+def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> PoolLive | None:
+    """The pool's live view after this interval (module docstring)."""
+    previous = inputs.previous
+    if previous is not None and previous.profile_digest != inputs.digest:
+        previous = None
+        inputs = PoolInputs(**{**inputs.__dict__, "previous": None})
+    window = inputs.window
+    if window is None:
+        return previous
+    spec = inputs.profile
+    prior = _prior(spec)
+    estimate = estimate_acceptance(window, prior, settings)
+    rows = grid_rows(spec)
+    ratios = cell_ratios(window.step_times, cost_model(spec), max_batch_size=rows - 1)
+    ratio, _ = pooled_ratio(ratios, settings.cost_min_steps)
+    before = CostStreak(previous.cost_drift_intervals, previous.cost_drift) if previous else None
+    streak = next_streak(before or CostStreak(), ratio, settings)
+    goodput = live_goodput_grid(spec, estimate.per_position, itl_scale(ratios, rows, settings))
+    weights = batch_weights(window, rows) or {m.batch_size: 1.0 for m in spec.measurements}
+    current = in_force(inputs)
+    candidate = tuple(derive_live_schedule(spec, goodput, inputs.allowed_k))
+    push = (
+        estimate.confident
+        and not streak.sustained
+        and candidate != current
+        and predicted_gain(goodput, candidate, current, weights) > settings.push_margin
+    )
+    schedule = candidate if push else current
+    live = push or (previous is not None and previous.source is LiveSource.LIVE)
+    source = LiveSource.LIVE if live else LiveSource.PROFILE
+    gain = predicted_gain(goodput, schedule, inputs.base, weights) if live else None
+    drifted = acceptance_drifted(estimate, prior, settings)
+    record = _record(
+        inputs,
+        estimate,
+        ratio=ratio,
+        streak=streak,
+        drifted=drifted,
+        schedule=schedule,
+        source=source,
+        gain=gain,
+    )
+    if previous is not None and not _moved(previous, record, settings.record_tolerance):
+        return previous
+    return record

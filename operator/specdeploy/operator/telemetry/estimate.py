@@ -1,0 +1,194 @@
+"""Live acceptance and live step-cost corrections from one pool's window, with confidence.
+
+Acceptance (DESIGN.md, "The math"): a_i = accepted_i / reached_i, where a
+reached position the drafter did not propose counts as rejected; the
+drafting rate q_i = proposed_i / reached_i. The estimate is shrunk toward
+the profile's a_i with ``prior_weight`` pseudo-counts
+(``goodput.per_position_from_counts``), so a position rarely reached stays
+near the profile and a busy one follows the traffic. Its 95% half-width
+treats ``design_effect`` reached positions as one independent draw (tokens
+of one request are correlated).
+
+Step cost: per (batch bucket, K) cell, the live mean step time over the
+profile's cost model at the bucket's middle batch size. The table's
+correction is one scale per bucket, pooled over the K observed there and
+shrunk toward 1.0 (``cost_prior_steps``): a slower clock slows every K, and
+a K not run live cannot be told apart from the others anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdeploy.operator.telemetry.settings import TelemetrySettings
+from specdeploy.operator.telemetry.window import Cell, PoolWindow, StepTimes
+from specdeploy.runtime.cost import StepCostModel
+from specdeploy.runtime.goodput import FloatArray, per_position_from_counts
+from specdeploy.runtime.policy.estimators import bucket_bounds, bucket_of
+
+Z95 = 1.96
+
+
+@dataclass(frozen=True)
+class AcceptanceEstimate:
+    """Per position: the blended a_i, its 95% half-width, the drafting rate, the counts."""
+
+    per_position: tuple[float, ...]
+    half_width: tuple[float, ...]
+    drafting_rate: tuple[float | None, ...]
+    reached: tuple[float, ...]
+    proposed: tuple[float, ...]
+    accepted: tuple[float, ...]
+    confident: bool
+
+
+def half_width(p: float, n: float, design_effect: float) -> float:
+    """95% half-width of a rate ``p`` from ``n`` counts, ``design_effect`` counts per draw."""
+    effective = n / max(design_effect, 1.0)
+    if effective <= 0:
+        return 1.0
+    return min(Z95 * math.sqrt(max(p * (1.0 - p), 0.25 / effective) / effective), 1.0)
+
+
+def _trim(values: Sequence[float], n: int) -> list[float]:
+    return [float(v) for v in list(values)[:n]] + [0.0] * max(n - len(values), 0)
+
+
+def estimate_acceptance(
+    window: PoolWindow, prior: Sequence[float], settings: TelemetrySettings
+) -> AcceptanceEstimate:
+    """The live acceptance of ``len(prior)`` positions (module docstring).
+
+    Counts are clipped to accepted <= proposed <= reached (Prometheus'
+    extrapolation and a scrape that saw half a step can break it slightly).
+    Confident when position 1 was reached ``min_reached`` times with a
+    half-width within ``confident_half_width``: position 1 weighs most in
+    AL(K) and is reached most, and deeper positions with wider intervals
+    lean on the prior through the blend, which is what the brief's "blend
+    with the profile's acceptance otherwise" asks, per position.
+    """
+    n = len(prior)
+    reached = [max(v, 0.0) for v in _trim(window.reached, n)]
+    proposed = [
+        min(max(p, 0.0), r) for p, r in zip(_trim(window.proposed, n), reached, strict=True)
+    ]
+    accepted = [
+        min(max(a, 0.0), r) for a, r in zip(_trim(window.accepted, n), reached, strict=True)
+    ]
+    blended = per_position_from_counts(reached, accepted, prior, settings.prior_weight)
+    widths = tuple(
+        half_width(accepted[i] / reached[i] if reached[i] > 0 else float(prior[i]),
+                    reached[i] + settings.prior_weight, settings.design_effect)
+        for i in range(n)
+    )  # fmt: skip
+    drafting = tuple(proposed[i] / reached[i] if reached[i] > 0 else None for i in range(n))
+    confident = (
+        n > 0 and reached[0] >= settings.min_reached and widths[0] <= settings.confident_half_width
+    )
+    return AcceptanceEstimate(
+        per_position=tuple(float(x) for x in blended),
+        half_width=widths,
+        drafting_rate=drafting,
+        reached=tuple(reached),
+        proposed=tuple(proposed),
+        accepted=tuple(accepted),
+        confident=confident,
+    )
+
+
+# --- step cost -------------------------------------------------------------
+
+
+def bucket_index(label: str) -> int | None:
+    """The add-on's bucket label ("1", "2", "3-4", "5-8", ...) as its bucket number."""
+    try:
+        top = int(label.split("-")[-1])
+    except ValueError:
+        return None
+    return bucket_of(top) if top >= 1 else None
+
+
+def bucket_middle(bucket: int) -> float:
+    """The mean batch size of a bucket, batch sizes taken as uniform inside it."""
+    lo, hi = bucket_bounds(bucket)
+    return (lo + hi) / 2.0
+
+
+@dataclass(frozen=True)
+class CellRatio:
+    """Live mean step time of one cell over the profile's prediction there."""
+
+    bucket: int
+    k: int
+    ratio: float
+    steps: float
+
+
+def cell_ratios(
+    step_times: Mapping[Cell, StepTimes], model: StepCostModel, *, max_batch_size: int
+) -> list[CellRatio]:
+    """A ratio per observed cell the profile can price (its K measured, inside its sizes)."""
+    out = []
+    for (label, k), times in sorted(step_times.items()):
+        bucket = bucket_index(label)
+        if bucket is None or k not in model.columns or times.count <= 0:
+            continue
+        middle = min(bucket_middle(bucket), float(max_batch_size))
+        _, v = model.base(middle, k)
+        predicted = model.itl_ms(middle, k, middle * v, middle * model.reference_context)
+        live = times.mean_ms
+        if predicted > 0 and math.isfinite(live) and live > 0:
+            out.append(CellRatio(bucket, k, live / predicted, times.count))
+    return out
+
+
+def pooled_ratio(ratios: Sequence[CellRatio], min_steps: float) -> tuple[float | None, float]:
+    """Step-weighted geometric mean ratio over cells with ``min_steps`` steps, and their steps."""
+    usable = [r for r in ratios if r.steps >= min_steps]
+    steps = sum(r.steps for r in usable)
+    if steps <= 0:
+        return None, 0.0
+    log_mean = sum(r.steps * math.log(r.ratio) for r in usable) / steps
+    return math.exp(log_mean), steps
+
+
+def itl_scale(ratios: Sequence[CellRatio], rows: int, settings: TelemetrySettings) -> FloatArray:
+    """Per batch size 0..rows-1, the step-time scale the table uses (1.0: the profile holds).
+
+    Per bucket, the step-weighted log-mean ratio of its cells shrunk toward
+    1.0 with ``cost_prior_steps``; a bucket not observed takes the pooled
+    scale of all cells (shrunk the same way).
+    """
+    prior = settings.cost_prior_steps
+
+    def shrunk(cells: Sequence[CellRatio]) -> float:
+        steps = sum(c.steps for c in cells)
+        log_sum = sum(c.steps * math.log(c.ratio) for c in cells)
+        return math.exp(log_sum / (steps + prior)) if steps > 0 else 1.0
+
+    overall = shrunk(ratios)
+    scale = np.full(rows, overall)
+    for bucket in {r.bucket for r in ratios}:
+        lo, hi = bucket_bounds(bucket)
+        scale[lo : min(hi, rows - 1) + 1] = shrunk([r for r in ratios if r.bucket == bucket])
+    return scale
+
+
+def batch_weights(window: PoolWindow, rows: int) -> dict[int, float]:
+    """Share of clean decode steps per batch size: each bucket's steps spread over its sizes."""
+    per_bucket: dict[int, float] = {}
+    for (label, _), times in window.step_times.items():
+        bucket = bucket_index(label)
+        if bucket is not None:
+            per_bucket[bucket] = per_bucket.get(bucket, 0.0) + times.count
+    weights: dict[int, float] = {}
+    for bucket, steps in per_bucket.items():
+        lo, hi = bucket_bounds(bucket)
+        sizes = [bs for bs in range(lo, hi + 1) if bs < rows] or [rows - 1]
+        for bs in sizes:
+            weights[bs] = weights.get(bs, 0.0) + steps / len(sizes)
+    return weights

@@ -1,0 +1,180 @@
+"""The PromQL of one interval, batched, and the windows its answers make.
+
+One query per metric family for every due deployment at once (the same
+Prometheus and window): ``sum by (namespace, specdeploy_deployment,
+specdeploy_pool, ...)`` over the add-on's counters, so the number of queries
+does not grow with pools or deployments, only the answers do. The scrape
+labels are the contract with the PodMonitor (or the local cluster's file
+SD): ``namespace``, ``specdeploy_deployment`` (the pods'
+``specdeploy.io/deployment`` label), ``specdeploy_pool`` (their
+``specdeploy.io/pool`` label, the sanitised GPU type).
+
+Counters are cumulative per pod; ``increase(...[window])`` gives each pod's
+count over the window (reset-safe) and the sum adds the pool's pods.
+Pure: strings in, ``PoolWindow`` values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from specdeploy.operator.telemetry.interval import promql_duration
+from specdeploy.operator.telemetry.vector import Query, Sample
+from specdeploy.operator.telemetry.window import PoolKey, PoolWindow, StepTimes
+
+NAMESPACE, DEPLOYMENT, POOL = "namespace", "specdeploy_deployment", "specdeploy_pool"
+BY = f"{NAMESPACE}, {DEPLOYMENT}, {POOL}"
+
+REACHED, PROPOSED, ACCEPTED = "reached", "proposed", "accepted"
+VERIFIED, SEQUENCE_STEPS = "verified", "sequence_steps"
+STEP_SECONDS, STEP_COUNT, STEPS_BY_K = "step_seconds", "step_count", "steps_by_k"
+REQUESTS, FRESHNESS = "requests", "freshness"
+
+_COUNTERS: tuple[tuple[str, str, str], ...] = (
+    (REACHED, "specdeploy_draft_positions_reached_total", "position"),
+    (PROPOSED, "specdeploy_draft_tokens_total", "position"),
+    (ACCEPTED, "specdeploy_accepted_tokens_total", "position"),
+    (VERIFIED, "specdeploy_verified_tokens_total", ""),
+    (SEQUENCE_STEPS, "specdeploy_decode_sequence_steps_total", ""),
+    (STEP_SECONDS, "specdeploy_step_seconds_sum", "batch_bucket, k"),
+    (STEP_COUNT, "specdeploy_step_seconds_count", "batch_bucket, k"),
+    (STEPS_BY_K, "specdeploy_steps_total", "k"),
+)
+REQUIRED = (REACHED, SEQUENCE_STEPS, FRESHNESS)
+"""Families every speculating pool exports; the others may legitimately be empty."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A deployment to ask about: its namespace and its ``specdeploy.io/deployment`` label."""
+
+    namespace: str
+    deployment: str
+
+
+def _regex_alternatives(values: Iterable[str]) -> str:
+    # Label values are [A-Za-z0-9._-] (naming.label_value): only '.' needs escaping;
+    # the backslash is doubled for the PromQL string literal.
+    return "|".join(v.replace(".", "\\\\.") for v in sorted(set(values)))
+
+
+def selector(targets: Sequence[Target]) -> str:
+    """A label matcher for exactly these deployments (exact matches for one)."""
+    if not targets:
+        raise ValueError("no deployment to select")
+    if len(targets) == 1:
+        t = targets[0]
+        return f'{{{NAMESPACE}="{t.namespace}", {DEPLOYMENT}="{t.deployment}"}}'
+    namespaces = _regex_alternatives(t.namespace for t in targets)
+    deployments = _regex_alternatives(t.deployment for t in targets)
+    return f'{{{NAMESPACE}=~"{namespaces}", {DEPLOYMENT}=~"{deployments}"}}'
+
+
+def build_queries(targets: Sequence[Target], window_seconds: float) -> list[Query]:
+    """Every family's query for these deployments over one window."""
+    sel, window = selector(targets), promql_duration(window_seconds)
+    queries = []
+    for name, metric, extra in _COUNTERS:
+        by = f"{BY}, {extra}" if extra else BY
+        queries.append(Query(name, f"sum by ({by}) (increase({metric}{sel}[{window}]))"))
+    queries.append(
+        Query(REQUESTS, f"sum by ({BY}) (rate(vllm:request_success_total{sel}[{window}]))")
+    )
+    # The newest sample's time per pool: the freshness test (value: a Unix time).
+    queries.append(
+        Query(FRESHNESS, f"max by ({BY}) (timestamp(specdeploy_decode_sequence_steps_total{sel}))")
+    )
+    return queries
+
+
+def _key(sample: Sample) -> PoolKey | None:
+    labels = sample.labels
+    if not all(labels.get(k) for k in (NAMESPACE, DEPLOYMENT, POOL)):
+        return None  # a series without the scrape labels is not one of ours
+    return labels[NAMESPACE], labels[DEPLOYMENT], labels[POOL]
+
+
+def _by_pool(samples: Iterable[Sample]) -> dict[PoolKey, list[Sample]]:
+    grouped: dict[PoolKey, list[Sample]] = {}
+    for s in samples:
+        key = _key(s)
+        if key is not None:
+            grouped.setdefault(key, []).append(s)
+    return grouped
+
+
+def _int_label(sample: Sample, name: str) -> int | None:
+    try:
+        value = int(sample.labels.get(name, ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def _positions(samples: Sequence[Sample], max_positions: int) -> tuple[float, ...]:
+    values = [0.0] * max_positions
+    for s in samples:
+        position = _int_label(s, "position")
+        if position is not None and 1 <= position <= max_positions:
+            values[position - 1] += max(s.value, 0.0)
+    return tuple(values)
+
+
+def _total(samples: Sequence[Sample]) -> float:
+    return sum(max(s.value, 0.0) for s in samples)
+
+
+def _step_times(
+    seconds: Sequence[Sample], counts: Sequence[Sample]
+) -> dict[tuple[str, int], StepTimes]:
+    def cells(samples: Sequence[Sample]) -> dict[tuple[str, int], float]:
+        out: dict[tuple[str, int], float] = {}
+        for s in samples:
+            k = _int_label(s, "k")
+            bucket = s.labels.get("batch_bucket")
+            if k is not None and bucket:
+                out[(bucket, k)] = out.get((bucket, k), 0.0) + max(s.value, 0.0)
+        return out
+
+    total, count = cells(seconds), cells(counts)
+    return {cell: StepTimes(total.get(cell, 0.0), n) for cell, n in count.items() if n > 0}
+
+
+def _steps_by_k(samples: Sequence[Sample]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for s in samples:
+        k = _int_label(s, "k")
+        if k is not None:
+            out[k] = out.get(k, 0.0) + max(s.value, 0.0)
+    return out
+
+
+def windows_from(
+    answers: Mapping[str, Sequence[Sample]], *, window_seconds: float, max_positions: int = 16
+) -> dict[PoolKey, PoolWindow]:
+    """Per pool, its window; only pools with a freshness sample (their series exist)."""
+    grouped = {name: _by_pool(samples) for name, samples in answers.items()}
+    fresh = grouped.get(FRESHNESS, {})
+    windows = {}
+    for key, samples in fresh.items():
+
+        def of(name: str, key: PoolKey = key) -> list[Sample]:
+            return grouped.get(name, {}).get(key, [])
+
+        newest = max(s.value for s in samples)
+        evaluated = max(s.time for s in samples)
+        requests = of(REQUESTS)
+        windows[key] = PoolWindow(
+            window_seconds=window_seconds,
+            reached=_positions(of(REACHED), max_positions),
+            proposed=_positions(of(PROPOSED), max_positions),
+            accepted=_positions(of(ACCEPTED), max_positions),
+            verified_tokens=_total(of(VERIFIED)),
+            sequence_steps=_total(of(SEQUENCE_STEPS)),
+            step_times=_step_times(of(STEP_SECONDS), of(STEP_COUNT)),
+            steps_by_k=_steps_by_k(of(STEPS_BY_K)),
+            requests_per_second=_total(requests) if requests else None,
+            age_seconds=max(evaluated - newest, 0.0),
+        )
+    return windows

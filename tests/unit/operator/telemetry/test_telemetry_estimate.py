@@ -1,0 +1,103 @@
+"""The merge math: reached-position acceptance, drafting rate, confidence, cost ratios, drift."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdeploy.operator.telemetry.drift import CostStreak, acceptance_drifted, next_streak
+from specdeploy.operator.telemetry.estimate import (
+    batch_weights,
+    cell_ratios,
+    estimate_acceptance,
+    pooled_ratio,
+)
+from specdeploy.operator.telemetry.settings import TelemetrySettings
+from specdeploy.operator.telemetry.window import PoolWindow
+from specdeploy.runtime.schedule import cost_model
+from tests.unit.operator.telemetry.fakes import PROFILE_RATES, body, profile_spec, window
+
+S = TelemetrySettings()
+
+
+def counts(
+    reached: tuple[float, ...], proposed: tuple[float, ...], accepted: tuple[float, ...]
+) -> PoolWindow:
+    return PoolWindow(60.0, reached=reached, proposed=proposed, accepted=accepted)
+
+
+def test_acceptance_divides_by_reached_positions_so_a_missing_draft_is_a_rejection() -> None:
+    # 10 000 sequences reached position 1, only 5 000 had a draft there, 4 000 accepted it
+    w = counts((10_000, 4_000), (5_000, 4_000), (4_000, 2_000))
+    est = estimate_acceptance(w, prior=(0.8, 0.5), settings=TelemetrySettings(prior_weight=0))
+    assert est.per_position == pytest.approx((0.4, 0.5))
+    assert est.drafting_rate == pytest.approx((0.5, 1.0))
+
+
+def test_the_prior_holds_a_position_rarely_reached_and_yields_to_a_busy_one() -> None:
+    w = counts((100_000, 10), (100_000, 10), (30_000, 10))
+    est = estimate_acceptance(w, prior=(0.8, 0.5), settings=TelemetrySettings(prior_weight=200))
+    assert est.per_position[0] == pytest.approx(0.3, abs=0.002)
+    assert est.per_position[1] == pytest.approx((10 + 200 * 0.5) / 210)
+
+
+def test_counts_that_break_accepted_le_proposed_le_reached_are_clipped() -> None:
+    w = counts((100, 50), (120, 60), (130, 70))  # Prometheus' extrapolation, half a step
+    est = estimate_acceptance(w, prior=(0.5, 0.5), settings=S)
+    assert est.accepted == (100.0, 50.0)
+    assert est.proposed == (100.0, 50.0)
+
+
+@pytest.mark.parametrize(
+    ("sequences", "confident"),
+    [pytest.param(100, False, id="a-trickle"), pytest.param(50_000, True, id="busy")],
+)
+def test_confidence_needs_enough_reached_positions(sequences: float, confident: bool) -> None:
+    est = estimate_acceptance(window(sequences=sequences), prior=PROFILE_RATES, settings=S)
+    assert est.confident is confident
+
+
+def test_the_interval_narrows_as_counts_grow() -> None:
+    small = estimate_acceptance(window(sequences=2_000), PROFILE_RATES, S).half_width[0]
+    large = estimate_acceptance(window(sequences=200_000), PROFILE_RATES, S).half_width[0]
+    assert large < small / 5
+
+
+def test_live_step_times_are_compared_with_the_profile_at_the_bucket_middle() -> None:
+    spec = profile_spec(body())
+    model = cost_model(spec)
+    for factor in (1.0, 1.3):
+        w = window(k=3, bucket="5-8", bs=6.5, cost_factor=factor)
+        (ratio,) = cell_ratios(w.step_times, model, max_batch_size=256)
+        assert (ratio.bucket, ratio.k) == (3, 3)
+        assert ratio.ratio == pytest.approx(factor)
+        pooled, steps = pooled_ratio([ratio], S.cost_min_steps)
+        assert pooled == pytest.approx(factor)
+        assert steps == 5000
+    few = cell_ratios(window(steps=10).step_times, model, max_batch_size=256)
+    assert pooled_ratio(few, S.cost_min_steps) == (None, 0.0)
+
+
+def test_the_batch_distribution_spreads_each_buckets_steps_over_its_sizes() -> None:
+    weights = batch_weights(window(bucket="3-4", steps=100), rows=257)
+    assert weights == {3: 50.0, 4: 50.0}
+
+
+def test_cost_drift_needs_consecutive_drifting_intervals_and_a_blip_resets_it() -> None:
+    streak = CostStreak()
+    for ratio in (1.3, 1.3, 1.0, 1.3, 1.3):
+        streak = next_streak(streak, ratio, S)
+    assert streak == CostStreak(2, False)
+    streak = next_streak(streak, None, S)  # too few steps: says nothing
+    assert streak == CostStreak(2, False)
+    streak = next_streak(streak, 0.7, S)  # faster counts too: another clock, another driver
+    assert streak == CostStreak(3, True)
+    assert next_streak(streak, 1.0, S).sustained  # sticky until the profile changes
+
+
+def test_acceptance_drift_is_a_confident_move_beyond_tolerance_and_interval() -> None:
+    low = estimate_acceptance(window((0.5, 0.4, 0.3, 0.2, 0.1)), PROFILE_RATES, S)
+    same = estimate_acceptance(window((0.8, 0.7, 0.58, 0.49, 0.41)), PROFILE_RATES, S)
+    trickle = estimate_acceptance(window((0.5, 0.4, 0.3, 0.2, 0.1), sequences=50), PROFILE_RATES, S)
+    assert acceptance_drifted(low, PROFILE_RATES, S)
+    assert not acceptance_drifted(same, PROFILE_RATES, S)
+    assert not acceptance_drifted(trickle, PROFILE_RATES, S)
