@@ -198,11 +198,19 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
 
 
 def operator_component(layout: Layout, ports: Ports) -> Component:
-    """The operator as a local process; its log has one line per reconcile (``--log-level``)."""
+    """The operator as a local process; its log has one line per reconcile (``--log-level``).
+
+    It reads the cluster's Prometheus (``SPECDEPLOY_PROMETHEUS_URL``) for a deployment
+    whose spec names none, as an operator installed beside a cluster's Prometheus would.
+    """
     url = f"http://127.0.0.1:{ports.operator}/healthz"
     argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
     argv.append("--log-level=debug")
-    return Component("operator", argv, url, "none", {"KUBECONFIG": str(layout.kubeconfig())})
+    env = {
+        "KUBECONFIG": str(layout.kubeconfig()),
+        "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
+    }
+    return Component("operator", argv, url, "none", env)
 
 
 def standin_component(layout: Layout) -> Component:

@@ -110,7 +110,7 @@ def test_the_profiler_is_told_where_to_write_the_profile() -> None:
 
 
 def test_the_sim_profiler_models_the_preset_up_to_max_k() -> None:
-    flags = args_of(job())
+    flags = args_of(job(spec(profiling={"backend": "sim", "simPreset": "llama8b-eagle3-h200"})))
     assert (flags["--backend"], flags["--preset"], flags["--max-k"]) == (
         "sim",
         "llama8b-eagle3-h200",
@@ -119,7 +119,7 @@ def test_the_sim_profiler_models_the_preset_up_to_max_k() -> None:
 
 
 def test_the_vllm_profiler_gets_the_fingerprint_as_flags() -> None:
-    flags = args_of(job(spec(profiling={"backend": "vllm"})))
+    flags = args_of(job())  # the example: the default backend
     assert flags["--backend"] == "vllm"
     assert flags["--tensor-parallel-size"] == "2"
     assert flags["--gpu-type"] == H100
