@@ -49,9 +49,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from e2e.localcluster import emulation, kubeconfig, podenv, prometheus, stages
+from e2e.localcluster import volumes as volumes_mod
 from e2e.localcluster.emulation import Kind
 from e2e.localcluster.fleet import KWOK_ANNOTATION
 from e2e.localcluster.kubeapi import ApiError, KubeApi
+from e2e.localcluster.podenv import PodConfigError
 from e2e.localcluster.volumes import materialize_mounts
 from specdeploy.runtime.kube import paths
 
@@ -64,6 +66,9 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 CONFIG_ERROR_CODE = 128
 READY_FILE = "kubelet-standin.ready"
 MAX_GRACE_SECONDS = 60
+VOLUME_SYNC_SECONDS = 2.0
+"""How often mounted ConfigMaps and Secrets are re-read (the kubelet's sync is ~1 min;
+a test cluster wants table pushes to arrive in seconds)."""
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the emulated server is dev code (``e2e/``), importable from here only."""
 
@@ -138,6 +143,8 @@ class PodRun:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     termination_files: dict[str, Path] = field(default_factory=dict)
     ports: emulation.Ports | None = None
+    synced: dict[str, str] = field(default_factory=dict)
+    """ConfigMap/Secret volume directory -> the digest of the data it holds."""
 
     @property
     def key(self) -> str:
@@ -168,6 +175,7 @@ class StandIn:
         """Fake node -> its GPU product ('' for a node without one)."""
         self.targets = targets
         self.terminating: list[tuple[PodRun, float]] = []
+        self._last_sync = time.monotonic()
 
     def step(self) -> None:
         pods = self.api.items(paths.path("Pod"), fieldSelector="status.phase=Running")
@@ -185,6 +193,25 @@ class StandIn:
                 self._report(run)
                 del self.runs[uid]
         self._reap()
+        if time.monotonic() - self._last_sync >= VOLUME_SYNC_SECONDS:
+            self._last_sync = time.monotonic()
+            for run in self.runs.values():
+                self._sync_volumes(run)
+
+    def _sync_volumes(self, run: PodRun) -> None:
+        """Bring the pod's mounted ConfigMaps and Secrets up to date, as the kubelet's
+        periodic sync does (a failed read leaves the last version in place)."""
+        volumes = {v["name"]: v for v in run.pod["spec"].get("volumes", [])}
+        for name, volume in volumes.items():
+            directory = run.root / "volumes" / name
+            if volumes_mod.object_volume_kind(volume) is None or not directory.is_dir():
+                continue
+            try:
+                run.synced[name] = volumes_mod.refresh_object_volume(
+                    directory, run.pod, volume, self.objects, run.synced.get(name)
+                )
+            except (ApiError, OSError, PodConfigError) as err:
+                print(f"kubelet stand-in: volume {name}: {err}", file=sys.stderr, flush=True)
 
     def _wanted(self, pod: Obj) -> bool:
         meta = pod["metadata"]
