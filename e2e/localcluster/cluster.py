@@ -27,7 +27,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.localcluster import components, fleet, kubeconfig, pki, processes, prometheus, stages
+from e2e.localcluster import (
+    audit,
+    components,
+    fleet,
+    kubeconfig,
+    pki,
+    processes,
+    prometheus,
+    stages,
+)
 from e2e.localcluster.binaries import Binaries
 from e2e.localcluster.components import Component
 from e2e.localcluster.kubeapi import ApiError, KubeApi
@@ -294,6 +303,8 @@ def _boot(
     _write_kubeconfigs(layout, server)
     stages.write_config(layout.kwok_config)
     _write_prometheus_config(layout, ports)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    audit.write_policy(layout.audit_policy)
     # Prometheus needs nothing from the API server (file SD): it starts beside etcd.
     first = [
         components.etcd(bins.path("etcd"), layout, ports),
@@ -338,6 +349,21 @@ def start_operator(cluster: Cluster, *, log: Log = print) -> None:
     """Start the operator against ``cluster``."""
     component = operator_component(cluster.layout, cluster.state.ports)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
+
+
+def start_prometheus(cluster: Cluster, *, log: Log = print) -> None:
+    """(Re)start the cluster's Prometheus on its port, with its data (after ``stop``)."""
+    binary = Binaries.for_checkout().path("prometheus")
+    component = components.prometheus(binary, cluster.layout, cluster.state.ports)
+    _start_all([component], cluster.layout, str(cluster.layout.root), log)
+
+
+def stop(cluster: Cluster, name: str) -> bool:
+    """Stop one of the cluster's processes by its component name; False when none ran."""
+    found = [r for r in processes.read_records(cluster.layout.run) if r.name == name]
+    for record in found:
+        processes.stop(record)
+    return bool(found)
 
 
 def down(workdir: Path, *, log: Log = print) -> list[processes.Record]:

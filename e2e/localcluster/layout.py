@@ -88,6 +88,15 @@ class Layout:
     def kubeconfig(self, user: str = "admin") -> Path:
         return self.root / ("kubeconfig" if user == "admin" else f"{user}.kubeconfig")
 
+    @property
+    def audit_policy(self) -> Path:
+        return self.root / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log of writes (JSON lines; ``audit.py`` reads it)."""
+        return self.logs / "audit.log"
+
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"
 

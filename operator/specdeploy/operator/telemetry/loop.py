@@ -185,7 +185,12 @@ class TelemetryLoop:
             return
         view = read_profile(profile)
         digest = None if view.document is None else profile_digest(view.document)
-        patch = status_patch(profile, merged_view(sources, digest, self.settings), now=self.clock())
+        patch = status_patch(
+            profile,
+            merged_view(sources, digest, self.settings),
+            now=self.clock(),
+            tolerance=self.settings.record_tolerance,
+        )
         if patch is None:
             return
         log.info("%s/%s: profile live status updated", namespace, name)
