@@ -102,8 +102,13 @@ def view_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any], tolerance:
     before, after = old.get("perPosition") or [], new.get("perPosition") or []
     if len(before) != len(after):
         return True
-    for a, b in [*zip(before, after, strict=True), (old.get("costRatio"), new.get("costRatio"))]:
-        if (a is None) != (b is None) or (a is not None and abs(a - b) > tolerance):
+    widths = [w or 0.0 for w in new.get("halfWidth") or []] + [0.0] * len(after)
+    pairs = [*zip(before, after, widths[: len(after)], strict=True)]
+    pairs.append((old.get("costRatio"), new.get("costRatio"), 0.0))
+    for a, b, width in pairs:  # a move within the new estimate's interval is noise
+        if (a is None) != (b is None) or (
+            a is not None and b is not None and abs(a - b) > max(tolerance, width)
+        ):
             return True
     return False
 

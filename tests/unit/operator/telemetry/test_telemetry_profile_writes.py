@@ -77,3 +77,9 @@ def test_a_new_source_or_drift_is_a_move() -> None:
     assert view_moved(old, view(costRatio=1.2), 0.02)
     assert not view_moved(old, view(perPosition=[0.81, 0.74]), 0.02)
     assert view_moved(None, old, 0.02)
+
+
+def test_a_move_inside_the_new_estimates_interval_is_noise() -> None:
+    old = view()
+    assert not view_moved(old, view(perPosition=[0.8, 0.70], halfWidth=[0.01, 0.1]), 0.02)
+    assert view_moved(old, view(perPosition=[0.8, 0.70], halfWidth=[0.01, 0.01]), 0.02)
