@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from e2e.localcluster import emulation, kubeconfig, podenv, prometheus, stages
+from e2e.localcluster import emulation, kubeconfig, podenv, prometheus, real_vllm, stages
 from e2e.localcluster import volumes as volumes_mod
 from e2e.localcluster.emulation import Kind
 from e2e.localcluster.fleet import KWOK_ANNOTATION
@@ -176,6 +176,7 @@ class StandIn:
         self.targets = targets
         self.terminating: list[tuple[PodRun, float]] = []
         self._last_sync = time.monotonic()
+        self._real: tuple[Path, Path] | None = None
 
     def step(self) -> None:
         pods = self.api.items(paths.path("Pod"), fieldSelector="status.phase=Running")
@@ -245,7 +246,8 @@ class StandIn:
                 self._start_container(run, container)
             if run.ports is not None:
                 self._publish(run)
-        except (ValueError, KeyError, ApiError, OSError) as err:  # PodConfigError included
+        # PodConfigError and RealVllmUnavailable included
+        except (ValueError, KeyError, ApiError, OSError, RuntimeError) as err:
             self._stop(run)
             del self.runs[run.key]
             self._annotate(pod, CONFIG_ERROR_CODE, f"kubelet stand-in: {err}")
@@ -313,11 +315,22 @@ class StandIn:
         if run.kind is Kind.SERVING and argv[:2] == ["vllm", "serve"]:
             run.ports = emulation.Ports(_free_port(), _free_port())
             env.update(emulation.serving_env(run.ports, run.gpu))
+            if real_vllm.configured_gpu(self.pods_dir.parent) == run.gpu:
+                python, model = self._real_engine()
+                env.update(real_vllm.environment(python))
+                return real_vllm.command(argv[2:], run.ports, python, model)
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
             )
             return emulation.serving_argv(argv[2:], run.ports)
         return argv
+
+    def _real_engine(self) -> tuple[Path, Path]:
+        """The vLLM CPU venv's python and the SmolLM2 checkpoint (looked up once)."""
+        if self._real is None:
+            python = real_vllm.vllm_python()
+            self._real = (python, real_vllm.checkpoint(python))
+        return self._real
 
     def _environment(self, run: PodRun, container: Obj, mounts: dict[str, str]) -> dict[str, str]:
         pod_env = podenv.resolve_env(run.pod, container, self.objects)
