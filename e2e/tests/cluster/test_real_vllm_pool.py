@@ -82,12 +82,19 @@ def test_a_pool_on_the_real_engine_serves_and_is_scraped(
         what="Ready",
         timeout=240,
     )
-    pods = [
-        p
-        for p in children(admin, "Pod", namespace)
-        if p["metadata"]["labels"].get("specdeploy.io/component") == "serving"
-    ]
-    real = next(p for p in pods if p["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == REAL_GPU)
+
+    def real_pod() -> Obj | None:
+        for p in children(admin, "Pod", namespace):
+            labels, meta = p["metadata"]["labels"], p["metadata"]
+            if (
+                labels.get("specdeploy.io/component") == "serving"
+                and p["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == REAL_GPU
+                and LOCAL_HTTP in (meta.get("annotations") or {})
+            ):
+                return p
+        return None
+
+    real = wait_for(real_pod, what="the real pool's pod, started by the stand-in", timeout=120)
     address = real["metadata"]["annotations"][LOCAL_HTTP]
 
     def engine_up() -> bool:
@@ -102,7 +109,7 @@ def test_a_pool_on_the_real_engine_serves_and_is_scraped(
     print(f"\nreal vLLM pod healthy after {time.monotonic() - started:.0f} s")
     with urllib.request.urlopen(f"http://{address}/v1/models", timeout=10) as response:
         served = json.loads(response.read())["data"][0]
-    assert served["id"] == "smol" and "SmolLM2" in served["root"]  # the real engine's model
+    assert served["id"] == "smol" and "smollm2" in served["root"].lower()  # the real model
 
     url = service_url.find(operator.layout.root, namespace, NAME, wait=60)
     out = tmp_path / "load.json"
