@@ -214,6 +214,7 @@ def operator_component(layout: Layout, ports: Ports) -> Component:
     """
     url = f"http://127.0.0.1:{ports.operator}/healthz"
     argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
+    argv += [f"--metrics-port={ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
     env = {
         "KUBECONFIG": str(layout.kubeconfig()),
@@ -346,9 +347,12 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
 
 
 def start_operator(cluster: Cluster, *, log: Log = print) -> None:
-    """Start the operator against ``cluster``."""
+    """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile."""
     component = operator_component(cluster.layout, cluster.state.ports)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
+    address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"
+    groups = prometheus.operator_target_groups(address)
+    prometheus.write_targets(cluster.prometheus_targets, prometheus.OPERATOR_TARGETS, groups)
 
 
 def start_prometheus(cluster: Cluster, *, log: Log = print) -> None:
@@ -359,10 +363,15 @@ def start_prometheus(cluster: Cluster, *, log: Log = print) -> None:
 
 
 def stop(cluster: Cluster, name: str) -> bool:
-    """Stop one of the cluster's processes by its component name; False when none ran."""
+    """Stop one of the cluster's processes by its component name; False when none ran.
+
+    Stopping the operator also withdraws its scrape target (``start_operator``).
+    """
     found = [r for r in processes.read_records(cluster.layout.run) if r.name == name]
     for record in found:
         processes.stop(record)
+    if name == "operator":
+        prometheus.remove_targets(cluster.prometheus_targets, prometheus.OPERATOR_TARGETS)
     return bool(found)
 
 

@@ -31,6 +31,8 @@ class Ports:
     prometheus: int
     gateway: int
     """The Service gateway (``gateway.py``)."""
+    operator_metrics: int
+    """The operator's ``/metrics`` (``--metrics-port``), scraped as job ``specdeploy-operator``."""
 
     @classmethod
     def pick(cls) -> Ports:
