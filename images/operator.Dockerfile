@@ -33,7 +33,8 @@ ENV PYTHONUNBUFFERED=1
 WORKDIR /home/specdeploy
 USER 10001
 
-# kopf's liveness endpoint (CMD's default; the Deployment may override the args).
-EXPOSE 8080
+# kopf's liveness endpoint (CMD's default; the Deployment may override the args)
+# and the operator's Prometheus /metrics (`--metrics-port`, default 9401).
+EXPOSE 8080 9401
 ENTRYPOINT ["specdeploy", "operator", "run"]
 CMD ["--liveness=http://0.0.0.0:8080/healthz"]

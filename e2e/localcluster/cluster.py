@@ -27,7 +27,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.localcluster import components, fleet, kubeconfig, pki, processes, prometheus, stages
+from e2e.localcluster import (
+    audit,
+    components,
+    fleet,
+    kubeconfig,
+    pki,
+    processes,
+    prometheus,
+    stages,
+)
 from e2e.localcluster.binaries import Binaries
 from e2e.localcluster.components import Component
 from e2e.localcluster.kubeapi import ApiError, KubeApi
@@ -198,11 +207,20 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
 
 
 def operator_component(layout: Layout, ports: Ports) -> Component:
-    """The operator as a local process; its log has one line per reconcile (``--log-level``)."""
+    """The operator as a local process; its log has one line per reconcile (``--log-level``).
+
+    It reads the cluster's Prometheus (``SPECDEPLOY_PROMETHEUS_URL``) for a deployment
+    whose spec names none, as an operator installed beside a cluster's Prometheus would.
+    """
     url = f"http://127.0.0.1:{ports.operator}/healthz"
     argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
+    argv += [f"--metrics-port={ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
-    return Component("operator", argv, url, "none", {"KUBECONFIG": str(layout.kubeconfig())})
+    env = {
+        "KUBECONFIG": str(layout.kubeconfig()),
+        "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
+    }
+    return Component("operator", argv, url, "none", env)
 
 
 def standin_component(layout: Layout) -> Component:
@@ -212,8 +230,21 @@ def standin_component(layout: Layout) -> Component:
         "e2e.localcluster.standin",
         f"--kubeconfig={layout.kubeconfig()}",
         f"--workdir={layout.root}",
+        f"--prometheus-targets={prometheus.targets_dir(layout)}",
     ]
     return Component("kubelet-standin", argv, f"file://{layout.run / READY_FILE}", "none")
+
+
+def gateway_component(layout: Layout, ports: Ports) -> Component:
+    """The Service gateway: a Service's ready pods reachable from the host (``gateway.py``)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "e2e.localcluster.gateway",
+        f"--kubeconfig={layout.kubeconfig()}",
+        f"--port={ports.gateway}",
+    ]
+    return Component("gateway", argv, f"http://127.0.0.1:{ports.gateway}/healthz", "none")
 
 
 def _reset(layout: Layout) -> None:
@@ -273,6 +304,8 @@ def _boot(
     _write_kubeconfigs(layout, server)
     stages.write_config(layout.kwok_config)
     _write_prometheus_config(layout, ports)
+    layout.logs.mkdir(parents=True, exist_ok=True)
+    audit.write_policy(layout.audit_policy)
     # Prometheus needs nothing from the API server (file SD): it starts beside etcd.
     first = [
         components.etcd(bins.path("etcd"), layout, ports),
@@ -287,6 +320,7 @@ def _boot(
         components.scheduler(bins.path("kube-scheduler"), layout, ports),
         components.kwok(bins.path("kwok"), layout, ports, node_selector=selector),
         standin_component(layout),
+        gateway_component(layout, ports),
     ]
     _start_all(group, layout, marker, log)
     cluster = Cluster(layout, State(ports, fleet_spec, server))
@@ -313,9 +347,32 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
 
 
 def start_operator(cluster: Cluster, *, log: Log = print) -> None:
-    """Start the operator against ``cluster``."""
+    """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile."""
     component = operator_component(cluster.layout, cluster.state.ports)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
+    address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"
+    groups = prometheus.operator_target_groups(address)
+    prometheus.write_targets(cluster.prometheus_targets, prometheus.OPERATOR_TARGETS, groups)
+
+
+def start_prometheus(cluster: Cluster, *, log: Log = print) -> None:
+    """(Re)start the cluster's Prometheus on its port, with its data (after ``stop``)."""
+    binary = Binaries.for_checkout().path("prometheus")
+    component = components.prometheus(binary, cluster.layout, cluster.state.ports)
+    _start_all([component], cluster.layout, str(cluster.layout.root), log)
+
+
+def stop(cluster: Cluster, name: str) -> bool:
+    """Stop one of the cluster's processes by its component name; False when none ran.
+
+    Stopping the operator also withdraws its scrape target (``start_operator``).
+    """
+    found = [r for r in processes.read_records(cluster.layout.run) if r.name == name]
+    for record in found:
+        processes.stop(record)
+    if name == "operator":
+        prometheus.remove_targets(cluster.prometheus_targets, prometheus.OPERATOR_TARGETS)
+    return bool(found)
 
 
 def down(workdir: Path, *, log: Log = print) -> list[processes.Record]:

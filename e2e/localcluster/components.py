@@ -80,6 +80,13 @@ def apiserver(binary: Path, layout: Layout, ports: Ports) -> Component:
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
+        # Writes only, at Metadata level (who wrote what, no bodies): the benchmarks
+        # count API writes per client from it (``audit.py``).
+        f"--audit-policy-file={layout.audit_policy}",
+        f"--audit-log-path={layout.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=200",
+        "--audit-log-maxbackup=2",
     ]
     return Component(
         "kube-apiserver", argv, f"https://127.0.0.1:{ports.apiserver}/readyz", "verify"

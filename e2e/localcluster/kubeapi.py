@@ -26,11 +26,16 @@ __all__ = ["ApiError", "KubeApi", "Obj"]
 TIMEOUT = 15.0
 
 
+HARNESS_USER_AGENT = "specdeploy-localcluster"
+
+
 class KubeApi:
     """The verbs the harness and its tests use, over one shared-client ``Client``."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        # Told apart from the operator's client (which says "specdeploy") in the audit log.
+        client.user_agent = HARNESS_USER_AGENT
 
     @classmethod
     def from_kubeconfig(cls, path: Path, *, timeout: float = TIMEOUT) -> KubeApi:

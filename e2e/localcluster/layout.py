@@ -29,6 +29,10 @@ class Ports:
     kwok: int
     operator: int
     prometheus: int
+    gateway: int
+    """The Service gateway (``gateway.py``)."""
+    operator_metrics: int
+    """The operator's ``/metrics`` (``--metrics-port``), scraped as job ``specdeploy-operator``."""
 
     @classmethod
     def pick(cls) -> Ports:
@@ -85,6 +89,15 @@ class Layout:
 
     def kubeconfig(self, user: str = "admin") -> Path:
         return self.root / ("kubeconfig" if user == "admin" else f"{user}.kubeconfig")
+
+    @property
+    def audit_policy(self) -> Path:
+        return self.root / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log of writes (JSON lines; ``audit.py`` reads it)."""
+        return self.logs / "audit.log"
 
     def log(self, component: str) -> Path:
         return self.logs / f"{component}.log"

@@ -50,6 +50,10 @@ label, so ``specdeploy_profile`` is absent when the pod has none):
             - {targetLabel: job, replacement: specdeploy-addon}
             - ...
 
+The operator, started by the harness, gets one group, ``job="specdeploy-operator"``
+(``operator_target_groups``, file ``specdeploy-operator.json``), written
+when it starts and removed when it is stopped.
+
 (The ``job`` relabelling comes after prometheus-operator's own, which would
 set ``<namespace>/<podmonitor>``.) A group's ``job`` label overrides the
 scrape config's ``job_name`` in Prometheus, so one file-SD scrape job carries
@@ -82,6 +86,9 @@ PODS_JOB = "specdeploy-pods"
 SELF_JOB = "prometheus"
 VLLM_JOB = "vllm"
 ADDON_JOB = "specdeploy-addon"
+OPERATOR_JOB = "specdeploy-operator"
+OPERATOR_TARGETS = "specdeploy-operator"
+"""The operator's target file (no pod's: those are ``<namespace>_<pod>``, with an underscore)."""
 
 # Pod label -> target label. The keys mirror the operator's builders/common.py
 # (the harness does not import the operator; a harness test checks they agree).
@@ -153,6 +160,16 @@ def pod_target_groups(
         TargetGroup((api,), {"job": VLLM_JOB, **common}),
         TargetGroup((addon,), {"job": ADDON_JOB, **common}),
     ]
+
+
+def operator_target_groups(address: str) -> list[TargetGroup]:
+    """The operator's ``/metrics`` (``--metrics-port``): job ``specdeploy-operator``.
+
+    Only ``job``: Prometheus sets ``instance`` to the address. In a real
+    cluster the chart's PodMonitor (or ServiceMonitor) for the operator's
+    ``metrics`` port relabels ``job`` the same way.
+    """
+    return [TargetGroup((address,), {"job": OPERATOR_JOB})]
 
 
 # ---- the targets directory ---------------------------------------------------

@@ -1,9 +1,11 @@
-"""The kubelet stand-in: runs marked pods' commands locally, then ends the pods through KWOK.
+"""The kubelet stand-in: runs fake GPU nodes' pods locally, then ends them through KWOK.
 
-KWOK nodes run no containers. Where a test needs a container's effect (the
-profiler writing a SpeculationProfile, later an emulated vLLM pod) the pod
-carries the annotation ``specdeploy.io/run-locally: "true"``; once KWOK has
-made it Running on a fake node, this process does what a kubelet would:
+KWOK nodes run no containers. Every pod the operator puts on a fake GPU node
+does here what it would do on that GPU (``emulation``: profiling pods run
+the profiler on the simulator for the node's GPU type, serving pods the
+emulated vLLM server), and a pod with the annotation
+``specdeploy.io/run-locally: "true"`` runs its own command. Once KWOK has
+made such a pod Running on a fake node, this process does what a kubelet would:
 
 1. writes the volumes the containers mount under ``<workdir>/pods/<pod>/``
    (ConfigMaps, Secrets, downward API, and the ServiceAccount volume with a
@@ -22,6 +24,10 @@ made it Running on a fake node, this process does what a kubelet would:
    termination-message file, or the log tail under FallbackToLogsOnError);
    KWOK's pod-exit stage then writes the container statuses and phase.
 
+A serving pod's process gets loopback ports for its container ports; they
+are published on the pod (``emulation.LOCAL_HTTP``, read by the gateway) and
+as Prometheus file-discovery targets while the pod runs.
+
 A pod deleted while its command runs has the command's process group killed.
 The stand-in lists pods every ``POLL`` seconds instead of watching: a local
 test cluster has few pods, and a poll cannot miss an event.
@@ -33,17 +39,21 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from e2e.localcluster import kubeconfig, podenv, stages
+from e2e.localcluster import emulation, kubeconfig, podenv, prometheus, real_vllm, stages
+from e2e.localcluster import volumes as volumes_mod
+from e2e.localcluster.emulation import Kind
 from e2e.localcluster.fleet import KWOK_ANNOTATION
 from e2e.localcluster.kubeapi import ApiError, KubeApi
+from e2e.localcluster.podenv import PodConfigError
 from e2e.localcluster.volumes import materialize_mounts
 from specdeploy.runtime.kube import paths
 
@@ -55,6 +65,47 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 # CreateContainerConfigError has no code; the pod must still end for a test).
 CONFIG_ERROR_CODE = 128
 READY_FILE = "kubelet-standin.ready"
+MAX_GRACE_SECONDS = 60
+VOLUME_SYNC_SECONDS = 2.0
+"""How often mounted ConfigMaps and Secrets are re-read (the kubelet's sync is ~1 min;
+a test cluster wants table pushes to arrive in seconds)."""
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: the emulated server is dev code (``e2e/``), importable from here only."""
+
+
+class TargetSink(Protocol):
+    """Where a running serving pod's metrics endpoints are announced (Prometheus)."""
+
+    def publish(self, pod: Mapping[str, Any], ports: emulation.Ports) -> None: ...
+
+    def withdraw(self, pod: Mapping[str, Any]) -> None: ...
+
+
+class PrometheusTargets:
+    """A serving pod's two metrics endpoints as Prometheus file-discovery targets
+    (``prometheus.pod_target_groups``: the label contract), one file per pod."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @staticmethod
+    def _name(pod: Mapping[str, Any]) -> str:
+        meta = pod["metadata"]
+        return f"{meta['namespace']}_{meta['name']}"
+
+    def publish(self, pod: Mapping[str, Any], ports: emulation.Ports) -> None:
+        meta = pod["metadata"]
+        groups = prometheus.pod_target_groups(
+            meta["namespace"],
+            meta["name"],
+            meta.get("labels") or {},
+            api=f"127.0.0.1:{ports.http}",
+            addon=f"127.0.0.1:{ports.metrics}",
+        )
+        prometheus.write_targets(self.directory, self._name(pod), groups)
+
+    def withdraw(self, pod: Mapping[str, Any]) -> None:
+        prometheus.remove_targets(self.directory, self._name(pod))
 
 
 class ApiObjects:
@@ -86,8 +137,14 @@ class PodRun:
 
     pod: Obj
     root: Path
+    kind: Kind = Kind.AS_IS
+    gpu: str = ""
+    """The node's GPU product."""
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     termination_files: dict[str, Path] = field(default_factory=dict)
+    ports: emulation.Ports | None = None
+    synced: dict[str, str] = field(default_factory=dict)
+    """ConfigMap/Secret volume directory -> the digest of the data it holds."""
 
     @property
     def key(self) -> str:
@@ -105,14 +162,21 @@ def _pod_dir(pods_dir: Path, pod: Mapping[str, Any]) -> Path:
 class StandIn:
     """One poll loop over the cluster's pods; ``step`` is one iteration."""
 
-    def __init__(self, api: KubeApi, *, pods_dir: Path, marker: str) -> None:
+    def __init__(
+        self, api: KubeApi, *, pods_dir: Path, marker: str, targets: TargetSink | None = None
+    ) -> None:
         self.api = api
         self.objects = ApiObjects(api)
         self.pods_dir = pods_dir
         self.marker = marker
         self.runs: dict[str, PodRun] = {}
         self.seen: set[str] = set()
-        self.fake_nodes: set[str] = set()
+        self.fake_nodes: dict[str, str] = {}
+        """Fake node -> its GPU product ('' for a node without one)."""
+        self.targets = targets
+        self.terminating: list[tuple[PodRun, float]] = []
+        self._last_sync = time.monotonic()
+        self._real: tuple[Path, Path] | None = None
 
     def step(self) -> None:
         pods = self.api.items(paths.path("Pod"), fieldSelector="status.phase=Running")
@@ -123,20 +187,41 @@ class StandIn:
                 self._start(pod)
         for uid, run in list(self.runs.items()):
             if uid not in live:
-                _kill(run)
+                self._stop(run)
                 del self.runs[uid]
             elif run.done():
+                self._withdraw(run)
                 self._report(run)
                 del self.runs[uid]
+        self._reap()
+        if time.monotonic() - self._last_sync >= VOLUME_SYNC_SECONDS:
+            self._last_sync = time.monotonic()
+            for run in self.runs.values():
+                self._sync_volumes(run)
+
+    def _sync_volumes(self, run: PodRun) -> None:
+        """Bring the pod's mounted ConfigMaps and Secrets up to date, as the kubelet's
+        periodic sync does (a failed read leaves the last version in place)."""
+        volumes = {v["name"]: v for v in run.pod["spec"].get("volumes", [])}
+        for name, volume in volumes.items():
+            directory = run.root / "volumes" / name
+            if volumes_mod.object_volume_kind(volume) is None or not directory.is_dir():
+                continue
+            try:
+                run.synced[name] = volumes_mod.refresh_object_volume(
+                    directory, run.pod, volume, self.objects, run.synced.get(name)
+                )
+            except (ApiError, OSError, PodConfigError) as err:
+                print(f"kubelet stand-in: volume {name}: {err}", file=sys.stderr, flush=True)
 
     def _wanted(self, pod: Obj) -> bool:
         meta = pod["metadata"]
         annotations = meta.get("annotations", {})
         return (
-            annotations.get(stages.RUN_LOCALLY) == "true"
-            and stages.EXIT_CODE not in annotations
+            stages.EXIT_CODE not in annotations
             and meta["uid"] not in self.seen
             and self._is_fake(pod["spec"].get("nodeName", ""))
+            and emulation.kind_of(pod) is not Kind.NONE
         )
 
     def _is_fake(self, node: str) -> bool:
@@ -144,19 +229,60 @@ class StandIn:
             found = self.api.get_or_none(paths.path("Node", name=node)) or {}
             key, value = KWOK_ANNOTATION
             if found.get("metadata", {}).get("annotations", {}).get(key) == value:
-                self.fake_nodes.add(node)
+                self.fake_nodes[node] = emulation.gpu_product(found)
         return node in self.fake_nodes
 
     def _start(self, pod: Obj) -> None:
-        run = PodRun(pod, _pod_dir(self.pods_dir, pod))
+        kind = emulation.kind_of(pod)
+        gpu = self.fake_nodes.get(pod["spec"].get("nodeName", ""), "")
+        run = PodRun(pod, _pod_dir(self.pods_dir, pod), kind=kind, gpu=gpu)
         self.runs[run.key] = run
         try:
+            if kind is not Kind.AS_IS and not gpu:
+                raise ValueError(
+                    f"node {pod['spec'].get('nodeName')} has no {emulation.GPU_PRODUCT_LABEL} label"
+                )
             for container in pod["spec"]["containers"]:
                 self._start_container(run, container)
-        except (ValueError, KeyError, ApiError, OSError) as err:  # PodConfigError included
-            _kill(run)
+            if run.ports is not None:
+                self._publish(run)
+        # PodConfigError and RealVllmUnavailable included
+        except (ValueError, KeyError, ApiError, OSError, RuntimeError) as err:
+            self._stop(run)
             del self.runs[run.key]
             self._annotate(pod, CONFIG_ERROR_CODE, f"kubelet stand-in: {err}")
+
+    def _publish(self, run: PodRun) -> None:
+        """The serving pod's loopback ports: on the pod (the gateway) and to Prometheus."""
+        assert run.ports is not None
+        pid = next(iter(run.processes.values())).pid
+        meta = run.pod["metadata"]
+        path = paths.path("Pod", namespace=meta["namespace"], name=meta["name"])
+        patch = {"metadata": {"annotations": emulation.local_annotations(run.ports, pid)}}
+        self.api.merge_patch(path, patch)
+        if self.targets is not None:
+            self.targets.publish(run.pod, run.ports)
+
+    def _withdraw(self, run: PodRun) -> None:
+        if run.ports is not None and self.targets is not None:
+            self.targets.withdraw(run.pod)
+
+    def _stop(self, run: PodRun) -> None:
+        """SIGTERM now, SIGKILL once the pod's grace has passed (``_reap``): a serving
+        server drains in-flight requests on SIGTERM, and the loop must not wait on it."""
+        self._withdraw(run)
+        _signal(run, signal.SIGTERM)
+        self.terminating.append((run, time.monotonic() + _grace_seconds(run.pod)))
+
+    def _reap(self) -> None:
+        left = []
+        for run, deadline in self.terminating:
+            if run.done():
+                continue
+            if time.monotonic() >= deadline:
+                _signal(run, signal.SIGKILL)
+            left.append((run, deadline))
+        self.terminating = left
 
     def _start_container(self, run: PodRun, container: Obj) -> None:
         name = container["name"]
@@ -167,6 +293,7 @@ class StandIn:
         mounts[container.get("terminationMessagePath", DEFAULT_TERMINATION_PATH)] = str(termination)
         env = self._environment(run, container, mounts)
         argv = [podenv.rewrite_paths(a, mounts) for a in podenv.command_line(container, env)]
+        argv = self._emulated(run, argv, env)
         workdir = podenv.rewrite_paths(container.get("workingDir", ""), mounts)
         cwd = Path(workdir) if workdir and Path(workdir).is_dir() else run.root
         with (run.root / f"{name}.log").open("ab") as log:
@@ -180,6 +307,30 @@ class StandIn:
                 start_new_session=True,
             )
         run.termination_files[name] = termination
+
+    def _emulated(self, run: PodRun, argv: list[str], env: dict[str, str]) -> list[str]:
+        """The command line the pod's kind runs on this node's emulated GPU (``emulation``)."""
+        if run.kind is Kind.PROFILER and argv[:2] == ["specdeploy", "profile"]:
+            return ["specdeploy", *emulation.profiler_args(argv[1:], run.gpu)]
+        if run.kind is Kind.SERVING and argv[:2] == ["vllm", "serve"]:
+            run.ports = emulation.Ports(_free_port(), _free_port())
+            env.update(emulation.serving_env(run.ports, run.gpu))
+            if real_vllm.configured_gpu(self.pods_dir.parent) == run.gpu:
+                python, model = self._real_engine()
+                env.update(real_vllm.environment(python))
+                return real_vllm.command(argv[2:], run.ports, python, model)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+            )
+            return emulation.serving_argv(argv[2:], run.ports)
+        return argv
+
+    def _real_engine(self) -> tuple[Path, Path]:
+        """The vLLM CPU venv's python and the SmolLM2 checkpoint (looked up once)."""
+        if self._real is None:
+            python = real_vllm.vllm_python()
+            self._real = (python, real_vllm.checkpoint(python))
+        return self._real
 
     def _environment(self, run: PodRun, container: Obj, mounts: dict[str, str]) -> dict[str, str]:
         pod_env = podenv.resolve_env(run.pod, container, self.objects)
@@ -239,8 +390,12 @@ class StandIn:
 
     def shutdown(self) -> None:
         for run in self.runs.values():
+            self._withdraw(run)
+            _kill(run)
+        for run, _ in self.terminating:
             _kill(run)
         self.runs.clear()
+        self.terminating.clear()
 
 
 def _host_env() -> dict[str, str]:
@@ -261,14 +416,30 @@ def _tail(log: Path, lines: int = 80) -> str:
         return ""
 
 
-def _kill(run: PodRun) -> None:
-    """SIGTERM each process group, SIGKILL what is left after a short grace."""
+def _grace_seconds(pod: Mapping[str, Any]) -> float:
+    """The pod's termination grace, bounded for a test cluster (the kubelet's is 30 s)."""
+    grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
+    return float(min(max(int(grace), 1), MAX_GRACE_SECONDS))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _signal(run: PodRun, sig: signal.Signals) -> None:
+    for process in run.processes.values():
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+
+
+def _kill(run: PodRun, grace: float = 5.0) -> None:
+    """SIGTERM each process group, SIGKILL what is left after ``grace`` seconds."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for process in run.processes.values():
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, sig)
-        deadline = time.monotonic() + 5.0
+        _signal(run, sig)
+        deadline = time.monotonic() + grace
         while not run.done() and time.monotonic() < deadline:
             time.sleep(0.05)
         if run.done():
@@ -279,11 +450,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument(
+        "--prometheus-targets", type=Path, help="file-discovery folder of the cluster's Prometheus"
+    )
     args = parser.parse_args(argv)
     standin = StandIn(
         KubeApi.from_kubeconfig(args.kubeconfig),
         pods_dir=args.workdir / "pods",
         marker=os.environ.get("SPECDEPLOY_CLUSTER_WORKDIR", str(args.workdir)),
+        targets=PrometheusTargets(args.prometheus_targets) if args.prometheus_targets else None,
     )
     stopping = False
 

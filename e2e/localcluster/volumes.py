@@ -7,11 +7,25 @@ the ServiceAccount volume the admission plugin adds to every pod
 the namespace). The token comes from the TokenRequest API bound to the pod,
 so what the local process does with it is subject to RBAC and the token dies
 with the pod. Other volume types make the pod fail with a message naming them.
+
+ConfigMap and Secret volumes are written the way the kubelet's atomic writer
+does it: the files go into a fresh ``..<timestamp>`` directory, ``..data``
+is switched to it in one rename, and each top-level name is a link through
+``..data``. ``refresh_object_volume`` re-writes such a volume when its object
+changed, so a running process sees every key of the new version at once (a
+mounted ConfigMap updates without a restart, which the add-on's table
+reload relies on); a ``subPath`` mount is never updated, as in Kubernetes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,14 +63,103 @@ def _key_files(
         _write(directory, item["path"], data[item["key"]], item.get("mode", mode))
 
 
-def _object_volume(
-    directory: Path, kind: str, ref: Mapping[str, Any], namespace: str, source: ObjectSource
-) -> None:
-    name = ref["secretName"] if kind == "secret" else ref["name"]
+DATA_LINK = "..data"
+DIGEST_FILE = "..digest"
+"""The data digest of the version in ``..data`` (a ``..`` name, like the kubelet's own)."""
+
+
+def write_atomically(directory: Path, fill: Callable[[Path], None]) -> None:
+    """``fill`` a fresh ``..<stamp>`` directory, switch ``..data`` to it, link the names.
+
+    Names the new version lacks lose their link, and the previous version's
+    directory is removed after the switch (a reader that opened a file keeps it).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = directory / f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{uuid.uuid4().hex[:8]}"
+    stamp.mkdir()
+    fill(stamp)
+    data = directory / DATA_LINK
+    previous = os.readlink(data) if data.is_symlink() else None
+    staged = directory / "..data_tmp"
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(stamp.name)
+    os.replace(staged, data)
+    names = {entry.name for entry in stamp.iterdir()}
+    for name in names:
+        link = directory / name
+        if not link.is_symlink():
+            link.symlink_to(f"{DATA_LINK}/{name}")
+    for entry in directory.iterdir():
+        if entry.is_symlink() and not entry.name.startswith("..") and entry.name not in names:
+            entry.unlink()
+    if previous is not None and previous != stamp.name:
+        shutil.rmtree(directory / previous, ignore_errors=True)
+
+
+def _object_ref(kind: str, ref: Mapping[str, Any]) -> str:
+    return str(ref["secretName"] if kind == "secret" else ref["name"])
+
+
+def _fetch_object(
+    kind: str, ref: Mapping[str, Any], namespace: str, source: ObjectSource
+) -> Obj | None:
+    name = _object_ref(kind, ref)
     obj = source.secret(namespace, name) if kind == "secret" else source.config_map(namespace, name)
     if obj is None and not ref.get("optional"):
         raise PodConfigError(f"{kind} {namespace}/{name} missing (volume)")
+    return obj
+
+
+def data_digest(kind: str, obj: Obj | None) -> str:
+    """What a volume's content depends on: the object's data (empty when absent)."""
+    blob = json.dumps(object_data(kind, obj), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _object_volume(
+    directory: Path, kind: str, ref: Mapping[str, Any], namespace: str, source: ObjectSource
+) -> None:
+    obj = _fetch_object(kind, ref, namespace, source)
     _key_files(directory, object_data(kind, obj), ref.get("items"), ref.get("defaultMode"))
+
+
+def object_volume_kind(volume: Mapping[str, Any]) -> str | None:
+    """ "configMap" or "secret" for a volume the kubelet keeps in sync, else None."""
+    for kind in ("configMap", "secret"):
+        if kind in volume:
+            return kind
+    return None
+
+
+def refresh_object_volume(
+    directory: Path,
+    pod: Mapping[str, Any],
+    volume: Mapping[str, Any],
+    source: ObjectSource,
+    last_digest: str | None,
+) -> str:
+    """Re-write a ConfigMap or Secret volume when its object changed; its digest now.
+
+    ``last_digest`` None: the digest recorded in the volume (``DIGEST_FILE``), if any.
+    """
+    kind = object_volume_kind(volume)
+    if kind is None:
+        raise ValueError(f"volume {volume.get('name')!r} is not a configMap or secret volume")
+    ref = volume[kind]
+    namespace = pod["metadata"]["namespace"]
+    obj = _fetch_object(kind, ref, namespace, source)
+    digest = data_digest(kind, obj)
+    recorded = directory / DIGEST_FILE
+    if last_digest is None and recorded.is_file():
+        last_digest = recorded.read_text().strip()
+    if digest != last_digest:
+        data = object_data(kind, obj)
+        write_atomically(
+            directory,
+            lambda stamp: _key_files(stamp, data, ref.get("items"), ref.get("defaultMode")),
+        )
+        recorded.write_text(digest)
+    return digest
 
 
 def _downward(directory: Path, pod: Mapping[str, Any], items: list[Obj]) -> None:
@@ -99,11 +202,8 @@ def materialize_volume(
 ) -> None:
     """Write one volume's files into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
-    namespace = pod["metadata"]["namespace"]
-    if "configMap" in volume:
-        _object_volume(directory, "configMap", volume["configMap"], namespace, source)
-    elif "secret" in volume:
-        _object_volume(directory, "secret", volume["secret"], namespace, source)
+    if object_volume_kind(volume) is not None:
+        refresh_object_volume(directory, pod, volume, source, None)
     elif "projected" in volume:
         _projected(directory, pod, volume["projected"], source, tokens)
     elif "downwardAPI" in volume:

@@ -1,7 +1,7 @@
 """The ``specdeploy`` console script: a thin dispatcher over sub-command modules.
 
 One module per sub-command (``table``, ``simulate``, ``profile``, ``operator``,
-``dev``), each exposing ``register(subparsers)``, imported only when its
+``dev``, ``load``), each exposing ``register(subparsers)``, imported only when its
 command runs: ``specdeploy table`` does not pay for the simulator.
 
 Exit codes: 0 success, 1 unexpected error, 2 bad usage or invalid input
@@ -22,7 +22,7 @@ from specdeploy.cli.version import __version__
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("table", "table", "derive, show and convert K tables (SpeculationProfiles)"),
     ("simulate", "simulate", "compare K policies on the simulator (modelled figures)"),
-    ("dev", "dev", "local control plane: build, up, down"),
+    ("dev", "dev", "local control plane: build, up, url, down"),
     ("profile", "profile", "measure ITL per (batch size, K) into a SpeculationProfile"),
     ("operator", "operator", "run the operator; generate its CRDs (crds/)"),
     ("load", "load", "closed-loop streaming load against a loopback server"),

@@ -1,7 +1,8 @@
 """``specdeploy operator``: run the controller, or regenerate and check its CRDs.
 
-* ``run [--namespace NS ...] [--kubeconfig FILE] [--context NAME]``: start the kopf
-  operator (whole cluster by default), connected as kubectl would be.
+* ``run [--namespace NS ...] [--kubeconfig FILE] [--context NAME] [--metrics-port N]``:
+  start the kopf operator (whole cluster by default), connected as kubectl
+  would be, with its Prometheus ``/metrics`` on port 9401 unless told otherwise.
 * ``crds [--out DIR] [--check]``: write ``crds/`` from the API models; with
   ``--check`` write nothing and exit 1 when the files are stale.
 * ``rbac``: print the ClusterRole the operator needs (for the chart).
@@ -17,6 +18,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_METRICS_PORT = 9401
+"""``specdeploy.operator.metrics.DEFAULT_PORT``, repeated so that building the parser
+imports no operator code (a unit test holds them equal)."""
 
 
 def register(subparsers: Any) -> None:
@@ -28,6 +32,15 @@ def register(subparsers: Any) -> None:
     run.add_argument("--profiler-image", help="default image of the profiling Jobs")
     run.add_argument("--resync-seconds", type=float, default=300.0, help="re-list period")
     run.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=DEFAULT_METRICS_PORT,
+        help=f"port of the operator's Prometheus /metrics (default {DEFAULT_METRICS_PORT}; 0: off)",
+    )
+    run.add_argument(
+        "--metrics-addr", default="0.0.0.0", help="address /metrics binds (default all)"
+    )
     run.add_argument(
         "--kubeconfig",
         type=Path,
@@ -51,6 +64,16 @@ def register(subparsers: Any) -> None:
     rbac.set_defaults(handler=_rbac)
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not in 0..65535 (0: no endpoint)")
+    return port
+
+
 def _run(args: argparse.Namespace) -> int:
     from specdeploy.operator.decide import Config
     from specdeploy.operator.main import run
@@ -61,6 +84,8 @@ def _run(args: argparse.Namespace) -> int:
         config=config,
         resync_seconds=args.resync_seconds,
         liveness_endpoint=args.liveness,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
         kubeconfig=args.kubeconfig,
         context=args.context,
         log_level=args.log_level,

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from specdeploy.runtime.profile import Fingerprint
 from specdeploy.runtime.profiler.backend import METHODS, EngineOptions
 from specdeploy.runtime.profiler.exit_codes import ExitCode
 from specdeploy.runtime.profiler.run import OutputOptions, ProfileOptions, execute
@@ -124,6 +125,12 @@ def register(subparsers: Any) -> None:
     engine.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE")
     engine.add_argument("--cache-dir", type=Path, help="vllm: where converted models are cached")
     engine.add_argument("--max-k", type=_positive, help="largest K (vllm: required, sim: preset's)")
+    engine.add_argument(
+        "--emulate",
+        action="store_true",
+        help="sim: key the profile by the engine flags (--model, --method, --gpu-type, ...) "
+        "as vllm would, modelled by --preset (the local cluster's emulated GPU pods)",
+    )
 
     grid = p.add_argument_group("grid and search")
     grid.add_argument("--batch-sizes", type=_batch_sizes, default=_batch_sizes(DEFAULT_BATCH_SIZES))
@@ -224,6 +231,7 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
             cache_dir=args.cache_dir,
         )
     return ProfileOptions(
+        emulate=emulated_fingerprint(args) if args.emulate else None,
         backend=args.backend,
         batch_sizes=args.batch_sizes,
         search=search,
@@ -247,6 +255,31 @@ def options_from(args: argparse.Namespace) -> ProfileOptions:
         ),
         termination_log=args.termination_log,
         progress_interval_s=args.progress_interval,
+    )
+
+
+def emulated_fingerprint(args: argparse.Namespace) -> Fingerprint:
+    """``--emulate``: the fingerprint the vllm backend would record for these engine flags.
+
+    The engine is ``vllm`` at the version the simulator models: the pod being
+    emulated would run vLLM, and the operator looks its profile up by that.
+    """
+    from specdeploy.runtime.sim.presets import SIM_ENGINE_VERSION
+
+    if not args.model or not args.max_k or not args.gpu_type:
+        raise ValueError("--emulate needs --model, --max-k and --gpu-type")
+    return Fingerprint(
+        model=args.model,
+        model_revision=args.model_revision,
+        method=args.method,
+        draft_model=args.draft_model,
+        draft_revision=args.draft_revision,
+        gpu_type=args.gpu_type,
+        gpus_per_replica=args.tensor_parallel_size,
+        dtype=args.dtype,
+        engine="vllm",
+        engine_version=SIM_ENGINE_VERSION,
+        max_k=args.max_k,
     )
 
 

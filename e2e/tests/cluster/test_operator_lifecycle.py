@@ -45,9 +45,7 @@ def operator(local_cluster: cluster.Cluster) -> Iterator[cluster.Cluster]:
     cluster.install_crds(kubectl, local_cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
     cluster.start_operator(local_cluster, log=lambda _m: None)
     yield local_cluster
-    for record in processes.read_records(local_cluster.layout.run):
-        if record.name == "operator":
-            processes.stop(record)
+    cluster.stop(local_cluster, "operator")  # and its scrape target
     if TIMINGS:
         print("\noperator e2e timings (s):", json.dumps(TIMINGS, indent=1))
 

@@ -13,7 +13,7 @@ from e2e.localcluster import components, processes, stages
 from e2e.localcluster.layout import Layout, Ports
 from e2e.localcluster.waiting import WaitTimeout, wait_for
 
-PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 8080, 9090)
+PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 8080, 9090, 8088, 9401)
 
 
 def test_the_kwok_config_holds_node_and_pod_stages_with_the_exit_gate() -> None:

@@ -5,16 +5,17 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from e2e.localcluster import components, prometheus
+from e2e.localcluster import cluster, components, prometheus
 from e2e.localcluster.layout import Layout, Ports, State, StateMismatch
 from e2e.localcluster.prometheus import ScrapeIntervalError, TargetError, TargetGroup
 from specdeploy.operator.builders import common
 
-PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 8080, 9090)
+PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 8080, 9090, 8088, 9401)
 POD_LABELS = {
     "specdeploy.io/deployment": "chat",
     "specdeploy.io/pool": "h100",
@@ -217,11 +218,11 @@ def test_prometheus_listens_on_loopback_keeps_its_store_in_the_workdir_and_bound
     assert any(a.startswith("--storage.tsdb.retention.size=") for a in component.argv)
 
 
-def test_free_ports_include_one_for_prometheus_and_are_distinct() -> None:
+def test_free_ports_include_one_for_prometheus_and_the_gateway_and_are_distinct() -> None:
     ports = Ports.pick()
 
-    assert len(set(vars(ports).values())) == len(vars(ports)) == 8
-    assert ports.prometheus > 0
+    assert len(set(vars(ports).values())) == len(vars(ports)) == len(fields(Ports))
+    assert ports.prometheus > 0 and ports.gateway > 0
 
 
 def test_the_state_records_the_prometheus_url(tmp_path: Path) -> None:
@@ -243,3 +244,20 @@ def test_a_state_from_a_harness_without_prometheus_is_a_mismatch_not_a_crash(
 
     with pytest.raises(StateMismatch, match="prometheus"):
         State.load(path)
+
+
+def test_the_operator_serves_metrics_on_its_own_loopback_port_scraped_as_its_own_job(
+    tmp_path: Path,
+) -> None:
+    argv = cluster.operator_component(Layout(Path("/w")), PORTS).argv
+    path = prometheus.write_targets(
+        tmp_path, prometheus.OPERATOR_TARGETS, prometheus.operator_target_groups("127.0.0.1:9401")
+    )
+
+    assert "--metrics-port=9401" in argv and "--metrics-addr=127.0.0.1" in argv
+    assert f"--liveness=http://127.0.0.1:{PORTS.operator}/healthz" in argv
+    assert json.loads(path.read_text()) == [
+        {"targets": ["127.0.0.1:9401"], "labels": {"job": "specdeploy-operator"}}
+    ]
+    # A pod's file is <namespace>_<pod>: a namespace name has no underscore, so none collides.
+    assert "_" not in prometheus.OPERATOR_TARGETS

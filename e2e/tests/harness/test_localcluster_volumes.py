@@ -122,3 +122,35 @@ def test_a_volume_the_stand_in_cannot_honour_is_refused(tmp_path: Path, volume: 
 
     with pytest.raises(PodConfigError):
         materialize_mounts(tmp_path, _pod([volume]), container, Cluster(), Cluster())
+
+
+def test_a_configmap_volume_is_swapped_whole_when_the_configmap_changes(tmp_path: Path) -> None:
+    """As the kubelet's atomic writer: names link through ..data, which moves in one step."""
+    from e2e.localcluster.volumes import DATA_LINK, refresh_object_volume
+
+    class Source:
+        def __init__(self) -> None:
+            self.data = {"table.json": "v1", "profile.json": "p1"}
+
+        def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return {"data": dict(self.data)}
+
+        def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+            return None
+
+    source = Source()
+    pod = {"metadata": {"namespace": "ns"}}
+    volume = {"name": "table", "configMap": {"name": "t"}}
+    directory = tmp_path / "table"
+    first = refresh_object_volume(directory, pod, volume, source, None)
+    assert (directory / "table.json").read_text() == "v1"
+    assert (directory / "table.json").is_symlink() and (directory / DATA_LINK).is_symlink()
+    before = (directory / DATA_LINK).resolve()
+    assert refresh_object_volume(directory, pod, volume, source, None) == first  # recorded
+    assert (directory / DATA_LINK).resolve() == before, "unchanged data is not re-written"
+    source.data = {"table.json": "v2"}
+    second = refresh_object_volume(directory, pod, volume, source, first)
+    assert second != first
+    assert (directory / "table.json").read_text() == "v2"
+    assert not (directory / "profile.json").exists(), "a removed key disappears"
+    assert not before.exists(), "the old version is cleaned up"

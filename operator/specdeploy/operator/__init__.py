@@ -7,6 +7,7 @@ Layers, highest first; a module imports only from layers below it
 ``main``       start: the client, the reconciler, the kopf handlers, kopf's loop
 ``handlers``   thin kopf event handlers -> "reconcile this deployment"
 ``reconcile``  gather -> decide -> plan -> send: the only place I/O and decisions meet
+``metrics``    beside ``reconcile``: the operator's Prometheus metrics, ``MeteredApi``
 ``k8s``        the only module doing API I/O (gather, send)
 ``plan``       PURE Decision + observed -> the exact API requests (none when nothing changed)
 ``decide``     PURE (spec, observed) -> Decision, per pool through ``profiling`` and ``serving``

@@ -455,6 +455,10 @@ class SpeculativeDeploymentStatus(WireModel):
     pools: tuple[PoolStatus, ...] = ()
     replicas: int = 0
     ready_replicas: int = 0
+    endpoint: str | None = Field(
+        default=None,
+        description="The model's OpenAI-compatible base URL inside the cluster (its Service).",
+    )
 
 
 class SpeculativeDeployment(WireModel):

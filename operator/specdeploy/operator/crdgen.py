@@ -195,6 +195,7 @@ def speculative_deployment_crd() -> dict[str, Any]:
         _column("Ready", ".status.readyReplicas", "integer"),
         _column("Replicas", ".status.replicas", "integer"),
         _column("Model", ".spec.model.name", priority=1),
+        _column("Endpoint", ".status.endpoint", priority=1),
         _column("Age", ".metadata.creationTimestamp", "date"),
     ]
     return _crd(

@@ -23,7 +23,7 @@ from typing import Any
 
 from specdeploy.operator.api import Phase, Policy, SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Manifest, Parent
-from specdeploy.operator.builders.service import model_service
+from specdeploy.operator.builders.service import model_service, service_endpoint
 from specdeploy.operator.context import (
     DEFAULT_CONFIG,
     Config,
@@ -190,6 +190,9 @@ def decide(
             outcomes=[p.outcome for p in plans],
             generation=parent.generation,
             now=now,
+            endpoint=service_endpoint(parent.namespace, service_name(parent.name))
+            if owned
+            else None,
             extra=telemetry,
         )
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from specdeploy.operator.api import GROUP, PLURAL, PROFILE_PLURAL, VERSION
 from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config
 from specdeploy.operator.discovery import node_signature
+from specdeploy.operator.metrics import OperatorMetrics, Outcome
 from specdeploy.operator.reconcile import Clock, reconcile_once, utc_now
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.telemetry.window import TelemetryReport
@@ -58,6 +60,10 @@ class Reconciler:
     retry_seconds: float = 5.0
     namespaces: tuple[str, ...] = ()
     """Watched namespaces; empty: all."""
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    """Where reconciles are counted (a private registry unless ``main`` passes the served one)."""
+    monotonic: Callable[[], float] = time.perf_counter
+    """Times each reconcile for the duration histogram (injected: tests control it)."""
     _locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
     _queued: set[Key] = field(default_factory=set)
     _retrying: set[Key] = field(default_factory=set)
@@ -82,6 +88,7 @@ class Reconciler:
 
     async def _run(self, key: Key) -> None:
         report = self._reports.pop(key, None)
+        started = self.monotonic()
         try:
             await asyncio.to_thread(
                 reconcile_once,
@@ -91,13 +98,20 @@ class Reconciler:
                 clock=self.clock,
                 telemetry=report,
             )
+            self.metrics.reconciled(Outcome.OK, self.monotonic() - started)
             return
         except k8s.RetryLater as err:
+            self.metrics.reconciled(Outcome.RETRY, self.monotonic() - started)
             log.info("%s/%s: stale view (%s); deciding again", *key, err)
             delay = 0.5
         except RETRIED as err:
+            self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
             log.warning("%s/%s: reconcile failed: %s", *key, err)
             delay = self.retry_seconds
+        except Exception:
+            # A bug: kopf logs it and the next event or resync tries again.
+            self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
+            raise
         if report is not None:
             self._reports.setdefault(key, report)  # the retry still has this interval
         self._retry_later(key, delay)

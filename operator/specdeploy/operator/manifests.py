@@ -46,6 +46,10 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
         patch[key] = None
     for key, value in new.items():
         prior = old.get(key)
+        if value is None:  # null deletes: nothing to do for a key already absent
+            if key in old:
+                patch[key] = None
+            continue
         if isinstance(value, Mapping) and isinstance(prior, Mapping):
             sub = merge_patch(prior, value)
             if sub:

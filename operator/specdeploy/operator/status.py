@@ -154,9 +154,12 @@ def compose(
     outcomes: Sequence[PoolOutcome],
     generation: int,
     now: str,
+    endpoint: str | None = None,
     extra: Sequence[Condition] = (),
 ) -> SpeculativeDeploymentStatus:
-    """The status of a valid deployment from its pools' outcomes (``extra``: telemetry's)."""
+    """The status of a valid deployment from its pools' outcomes; ``endpoint`` the
+    in-cluster URL of its Service (None while the Service is not the operator's),
+    ``extra`` the telemetry loop's conditions."""
     phase = overall_phase([o.status.state for o in outcomes])
     conditions = [
         _cond(VALID, True, "Valid", "spec accepted"),
@@ -175,6 +178,7 @@ def compose(
         pools=tuple(o.status for o in outcomes),
         replicas=sum(o.status.replicas for o in outcomes),
         ready_replicas=sum(o.status.ready_replicas for o in outcomes),
+        endpoint=endpoint,
     )
 
 

@@ -11,7 +11,7 @@ import yaml
 from e2e.emulated.args import ArgsError, parse_args, parse_speculative_config
 from e2e.emulated.ksource import AddonK, FixedK, Vanilla, VllmLookup, addon_env, build_ksource
 from specdeploy.operator.api import SpeculativeDeploymentSpec
-from specdeploy.operator.builders.deployment import HTTP_PORT, ServingPool, vllm_args
+from specdeploy.operator.builders.deployment import HTTP_PORT, ServingPool, startup_table, vllm_args
 from specdeploy.runtime.contract import SCHEDULER_CLS
 from tests.paths import EXAMPLES
 
@@ -40,7 +40,9 @@ def test_the_operators_serving_args_parse_to_what_they_say() -> None:
     assert args.speculation is not None
     assert args.speculation.method == spec.speculation.method.value
     assert args.speculation.num_speculative_tokens == spec.speculation.max_k
-    assert args.speculation.per_batch_size == SCHEDULE
+    # the pod starts with its K set, not the pool's schedule (the ConfigMap has that)
+    expected = tuple(tuple(r) for r in startup_table(spec.speculation.max_k))
+    assert args.speculation.per_batch_size == expected
     assert args.ignored == ("--enable-prefix-caching",)
 
 
@@ -50,9 +52,9 @@ def test_vllms_lookup_is_built_from_the_table() -> None:
     assert args.speculation is not None
     lookup = args.speculation.lookup(args.max_num_seqs)
     assert lookup is not None and len(lookup) == 129
-    assert (lookup[1], lookup[16], lookup[17], lookup[64], lookup[65], lookup[128]) == (
-        5, 5, 3, 3, 1, 1,
-    )  # fmt: skip
+    # the pod's start-up table (every K of its K set), expanded as vLLM does
+    picks = (1, 2, 3, 4, 5, 8, 9, 16, 17, 128)
+    assert tuple(lookup[b] for b in picks) == (5, 4, 3, 3, 2, 2, 1, 1, 0, 0)
 
 
 def test_unknown_flags_and_their_values_are_ignored_not_fatal() -> None:
@@ -105,12 +107,12 @@ def test_the_k_source_follows_what_vllm_would_build() -> None:
     k = build_ksource(fixed, {})
     assert isinstance(k, FixedK) and k.choose(1) == k.choose(200) == 4
     own = build_ksource(no_addon, {})
-    assert isinstance(own, VllmLookup) and (own.choose(1), own.choose(100)) == (5, 1)
+    assert isinstance(own, VllmLookup) and (own.choose(1), own.choose(100)) == (5, 0)
     addon = build_ksource(table, {"SPECDEPLOY_POLICY": "table"})
     try:
         assert isinstance(addon, AddonK)
         # no table file: the add-on follows vLLM's own lookup
-        assert (addon.choose(1), addon.choose(20), addon.choose(300)) == (5, 3, 1)
+        assert (addon.choose(1), addon.choose(12), addon.choose(300)) == (5, 1, 0)
     finally:
         addon.close()
 

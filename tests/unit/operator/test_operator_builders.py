@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from specdeploy.operator.builders.deployment import (
     ServingPool,
     serving_deployment,
     shutdown_timeout,
+    startup_table,
 )
 from specdeploy.operator.builders.job import ProfilingJob, profiling_job
 from specdeploy.operator.builders.rbac import (
@@ -108,7 +110,7 @@ def test_the_profiler_is_told_where_to_write_the_profile() -> None:
 
 
 def test_the_sim_profiler_models_the_preset_up_to_max_k() -> None:
-    flags = args_of(job())
+    flags = args_of(job(spec(profiling={"backend": "sim", "simPreset": "llama8b-eagle3-h200"})))
     assert (flags["--backend"], flags["--preset"], flags["--max-k"]) == (
         "sim",
         "llama8b-eagle3-h200",
@@ -117,7 +119,7 @@ def test_the_sim_profiler_models_the_preset_up_to_max_k() -> None:
 
 
 def test_the_vllm_profiler_gets_the_fingerprint_as_flags() -> None:
-    flags = args_of(job(spec(profiling={"backend": "vllm"})))
+    flags = args_of(job())  # the example: the default backend
     assert flags["--backend"] == "vllm"
     assert flags["--tensor-parallel-size"] == "2"
     assert flags["--gpu-type"] == H100
@@ -177,12 +179,29 @@ def test_the_operator_holds_every_permission_it_grants() -> None:
 # --- the vLLM Deployment ------------------------------------------------------------
 
 
-def test_vllm_gets_max_k_and_the_table_as_its_speculative_config() -> None:
+def test_vllm_starts_with_max_k_and_a_table_naming_every_k_of_its_k_set() -> None:
     config = json.loads(args_of(serving())["--speculative-config"])
     assert config["num_speculative_tokens"] == 5
     assert config["method"] == "eagle3"
     assert config["model"] == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-    assert validate_vllm(config["num_speculative_tokens_per_batch_size"]) == list(SCHEDULE)
+    table = validate_vllm(config["num_speculative_tokens_per_batch_size"])
+    assert [k for _, _, k in table] == [5, 4, 3, 2, 1, 0]
+    assert table[0][:2] == (1, 1) and all(a[1] + 1 == b[0] for a, b in itertools.pairwise(table))
+
+
+@pytest.mark.parametrize("max_k", [1, 2, 3, 7])
+def test_the_startup_table_is_one_vllm_accepts_with_every_k_once(max_k: int) -> None:
+    table = startup_table(max_k)
+    assert validate_vllm(table) == [tuple(r) for r in table]
+    assert sorted(k for _, _, k in table) == list(range(max_k + 1))
+
+
+def test_a_new_schedule_changes_the_table_configmap_but_not_the_pod_template() -> None:
+    """The schedule in force lives in the ConfigMap the add-on re-reads; the pod
+    template depends on the spec alone, so a new table restarts no pod."""
+    before = serving(schedule=SCHEDULE)["spec"]["template"]
+    after = serving(schedule=((1, 2, 1), (3, 256, 0)))["spec"]["template"]
+    assert before == after
 
 
 def test_vllm_loads_the_scheduler_add_on() -> None:
@@ -196,12 +215,13 @@ def test_no_speculation_means_no_speculative_config_and_no_add_on() -> None:
     assert "SPECDEPLOY_ALLOWED_K" not in env
 
 
-def test_the_add_on_may_always_fall_to_k0_even_when_the_table_has_no_k0() -> None:
-    """The add-on keeps K inside the started table's K set; without 0 there a
-    collapse of acceptance would leave the pod at its smallest K for good."""
+def test_the_add_on_may_use_every_k_of_0_to_max_k_whatever_the_table_in_force() -> None:
+    """The add-on keeps K inside the started K set; without 0 there a collapse of
+    acceptance would leave the pod at its smallest K for good, and without the
+    larger K a re-derived table could not raise K without a restart."""
     schedule = ((1, 4, 3), (5, 16, 2), (17, 64, 1))
     env = {e["name"]: e for e in pod(serving(schedule=schedule))["containers"][0]["env"]}
-    assert env["SPECDEPLOY_ALLOWED_K"]["value"] == "0,1,2,3"
+    assert env["SPECDEPLOY_ALLOWED_K"]["value"] == "0,1,2,3,4,5"
 
 
 def test_extra_args_come_last() -> None:

@@ -12,13 +12,14 @@ import yaml
 
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import APPLIED_HASH
+from specdeploy.operator.builders.deployment import startup_table
 from specdeploy.operator.decide import Decision, decide
 from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.naming import deployment_name, job_name, table_configmap_name
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.plan import plan, plan_children
-from specdeploy.runtime.schedule import validate_vllm
+from specdeploy.runtime.schedule import format_schedule, validate_vllm
 from tests.paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "specdeploy.yaml"
@@ -290,6 +291,7 @@ def test_mode_always_profiles_even_when_a_matching_profile_exists() -> None:
 def test_policies_fixed_and_off_serve_without_profiling(
     policy: str, expected_k: list[list[int]] | None
 ) -> None:
+    """fixed: the start-up K set in the pod, K=2 in the table ConfigMap; off: plain vLLM."""
     body = deployment({"speculation": {"policy": policy, "fixedK": 2}})
     decision = decide(body, observed(nodes=(node("h1", H100),)), now=NOW)
     assert decision.shared == ()
@@ -299,10 +301,20 @@ def test_policies_fixed_and_off_serve_without_profiling(
         assert config == []
     else:
         parsed = json.loads(config[0].split("=", 1)[1])
-        assert parsed["num_speculative_tokens_per_batch_size"] == expected_k
+        assert parsed["num_speculative_tokens_per_batch_size"] == startup_table(5)
+        cm = next(m for m in decision.owned if m["kind"] == "ConfigMap")
+        assert json.loads(cm["data"]["table.json"])["schedule"] == expected_k
 
 
 # --- serving -------------------------------------------------------------
+
+
+def test_the_status_gives_the_models_in_cluster_endpoint() -> None:
+    body = deployment()
+    decision = decide(body, observed(nodes=(node("h1", H100),)), now=NOW)
+    service = next(m for m in decision.owned if m["kind"] == "Service")
+    name = service["metadata"]["name"]
+    assert decision.status["endpoint"] == f"http://{name}.{NS}.svc:8000"
 
 
 def test_a_pool_with_its_profile_gets_a_table_configmap_and_a_deployment_vllm_accepts() -> None:
@@ -315,10 +327,11 @@ def test_a_pool_with_its_profile_gets_a_table_configmap_and_a_deployment_vllm_ac
         next(a for a in container["args"] if a.startswith("--speculative-config=")).split("=", 1)[1]
     )
     assert config["num_speculative_tokens"] == 5
-    assert validate_vllm(config["num_speculative_tokens_per_batch_size"])
+    assert config["num_speculative_tokens_per_batch_size"] == startup_table(5)
     cm = next(m for m in decision.owned if m["kind"] == "ConfigMap")
     table = json.loads(cm["data"]["table.json"])
-    assert table["schedule"] == config["num_speculative_tokens_per_batch_size"]
+    assert validate_vllm(table["schedule"])
+    assert format_schedule(table["schedule"]) == pool_status(decision, H100)["schedule"]
     assert pool_status(decision, H100)["schedule"].startswith("1-")
     assert decision.status["phase"] == "RollingOut"
 

@@ -352,3 +352,14 @@ def test_hadolint_passes(dockerfile: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_operator_exposes_liveness_and_the_metrics_default() -> None:
+    from specdeploy.operator.metrics import DEFAULT_PORT
+
+    exposed = {
+        int(port.split("/")[0])
+        for i in stages(OPERATOR)[-1].all("EXPOSE")
+        for port in i.args.split()
+    }
+    assert exposed == {8080, DEFAULT_PORT}

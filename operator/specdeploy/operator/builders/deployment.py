@@ -3,15 +3,19 @@
 The container runs ``vllm serve`` with:
 
 * ``--speculative-config``: the method, the draft model, maxK as
-  ``num_speculative_tokens`` and the pool's table as
-  ``num_speculative_tokens_per_batch_size`` (vLLM builds its per-step lookup
-  only when a table is configured, and the add-on replaces that lookup);
+  ``num_speculative_tokens`` and the *start-up table* as
+  ``num_speculative_tokens_per_batch_size``. vLLM builds its per-step lookup
+  only when a table is configured (the add-on replaces that lookup), and the
+  V2 runner captures CUDA graphs only for the K values in it, so the start-up
+  table names every K of 0..maxK (``startup_table``): the pod's fixed K set.
+  It depends on the spec alone, never on a profile: the schedule in force
+  comes from the table ConfigMap, so a new table (re-profiled, or re-derived
+  from live telemetry) changes no pod template and restarts nothing;
 * ``--scheduler-cls``: the add-on's scheduler factory (``SCHEDULER_CLS``);
 * the table ConfigMap mounted at ``TABLE_DIR`` (re-read by the add-on on change);
-* ``SPECDEPLOY_ALLOWED_K``: the table's K values and 0. The add-on keeps K
-  inside the K set the engine started with (its CUDA-graph shapes), and a
-  table without a K=0 range would leave a pod no way down to K=0 when
-  acceptance collapses (the review's "sits at K=1 for good");
+* ``SPECDEPLOY_ALLOWED_K``: 0..maxK, the K set above. The add-on keeps K
+  inside the K set the engine started with, and a pod must always be able to
+  reach K=0 when acceptance collapses (the review's "sits at K=1 for good");
 * GPUs as ``nvidia.com/gpu`` and tensor parallelism, pinned to the GPU type;
 * probes on ``/health``; the add-on's metrics on their own port;
 * graceful drain, as KServe does it: a ``preStop`` pause while endpoints are
@@ -19,13 +23,15 @@ The container runs ``vllm serve`` with:
   all inside ``terminationGracePeriodSeconds``.
 
 Rolling updates surge one replica and keep every ready one until its
-replacement is ready (``maxUnavailable: 0``).
+replacement is ready (``maxUnavailable: 0``). What still changes the template
+(and so rolls the pods): the spec's serving fields, the profile's name (a new
+fingerprint) and turning speculation off altogether (a profile whose verdict
+says speculation loses everywhere: plain vLLM has no drafter to pay for).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specdeploy.operator.api import (
@@ -65,13 +71,30 @@ class ServingPool:
     schedule: tuple[tuple[int, int, int], ...] | None
 
 
-def speculative_config(spec: SpeculativeDeploymentSpec, schedule: Sequence[Sequence[int]]) -> str:
+def startup_table(max_k: int) -> list[list[int]]:
+    """The start-up ``num_speculative_tokens_per_batch_size``: every K of 0..maxK once.
+
+    K falls as the batch size doubles (maxK at 1, maxK-1 at 2, maxK-2 at 3-4, ...,
+    0 from the next power of two on), so that an engine that never loads
+    a table file (missing or invalid from the start) still speculates where
+    speculation is cheapest and stops where the GPU is compute-bound.
+    """
+    table, lo = [], 1
+    for k in range(max_k, 0, -1):
+        hi = 1 if lo == 1 else 2 * (lo - 1)
+        table.append([lo, hi, k])
+        lo = hi + 1
+    table.append([lo, lo, 0])
+    return table
+
+
+def speculative_config(spec: SpeculativeDeploymentSpec) -> str:
     """vLLM's ``--speculative-config`` JSON (keys sorted: the same spec, the same bytes)."""
     s = spec.speculation
     config: dict[str, object] = {
         "method": s.method.value,
         "num_speculative_tokens": s.max_k,
-        "num_speculative_tokens_per_batch_size": [list(r) for r in schedule],
+        "num_speculative_tokens_per_batch_size": startup_table(s.max_k),
     }
     if s.draft_model is not None:
         config["model"] = s.draft_model
@@ -97,7 +120,7 @@ def vllm_args(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> list[str]:
         f"--shutdown-timeout={shutdown_timeout(spec)}",
     ]
     if pool.schedule is not None:
-        args.append(f"--speculative-config={speculative_config(spec, pool.schedule)}")
+        args.append(f"--speculative-config={speculative_config(spec)}")
         args.append(f"--scheduler-cls={SCHEDULER_CLS}")
     return [*args, *spec.vllm.extra_args]
 
@@ -112,13 +135,13 @@ def _env(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> list[dict[str, o
     if pool.profile is not None:
         env.append({"name": PodEnv.PROFILE.value, "value": pool.profile})
     if pool.schedule is not None:
-        env.append({"name": PodEnv.ALLOWED_K.value, "value": allowed_k(pool.schedule)})
+        env.append({"name": PodEnv.ALLOWED_K.value, "value": allowed_k(spec.speculation.max_k)})
     return [*env, *hf_token_env(spec)]
 
 
-def allowed_k(schedule: Sequence[Sequence[int]]) -> str:
-    """The add-on's K set: the table's K values and 0 (the floor), e.g. ``0,1,2,3``."""
-    return ",".join(str(k) for k in sorted({0, *(int(r[2]) for r in schedule)}))
+def allowed_k(max_k: int) -> str:
+    """The add-on's K set: 0..maxK, the start-up table's K values, e.g. ``0,1,2,3``."""
+    return ",".join(str(k) for k in range(max_k + 1))
 
 
 def _probe(period: int, failures: int) -> dict[str, object]:

@@ -15,6 +15,11 @@ from specdeploy.operator.builders.deployment import HTTP_PORT
 from specdeploy.operator.naming import label_value
 
 
+def service_endpoint(namespace: str, name: str) -> str:
+    """The OpenAI base URL clients in the cluster use (append ``/v1``)."""
+    return f"http://{name}.{namespace}.svc:{HTTP_PORT}"
+
+
 def model_service(parent: Parent, *, name: str) -> Manifest:
     selector = {DEPLOYMENT_LABEL: label_value(parent.name), COMPONENT_LABEL: SERVING}
     return {

@@ -110,9 +110,11 @@ def _moved(before: PoolLive, after: PoolLive, tolerance: float) -> bool:
         return True
     if len(before.per_position) != len(after.per_position):
         return True
+    widths = list(after.half_width) + [0.0] * len(after.per_position)
     if any(
-        abs(a - b) > tolerance for a, b in zip(before.per_position, after.per_position, strict=True)
-    ):
+        abs(a - b) > max(tolerance, w)
+        for a, b, w in zip(before.per_position, after.per_position, widths, strict=False)
+    ):  # a move within the new estimate's own interval is noise, not news
         return True
     a, b = before.cost_ratio, after.cost_ratio
     return (a is None) != (b is None) or (

@@ -32,6 +32,7 @@ import aiohttp
 
 from specdeploy.operator import k8s
 from specdeploy.operator.api import KIND, PROFILE_KIND
+from specdeploy.operator.metrics import OperatorMetrics
 from specdeploy.operator.naming import label_value
 from specdeploy.operator.observed import read_profile
 from specdeploy.operator.reconcile import Clock, utc_now
@@ -117,6 +118,8 @@ class TelemetryLoop:
     tick_seconds: float = 5.0
     monotonic: Callable[[], float] = time.monotonic
     clock: Clock = utc_now
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    """Where intervals, queries and cycles are counted (``main`` passes the served one)."""
     _next_due: dict[Key, float] = field(default_factory=dict)
 
     async def run(self) -> None:
@@ -132,15 +135,20 @@ class TelemetryLoop:
                 await asyncio.sleep(self.tick_seconds)
 
     async def tick(self, session: aiohttp.ClientSession) -> None:
+        started = time.perf_counter()
         bodies = await asyncio.to_thread(self._list)
+        self.metrics.known(bodies)
         await asyncio.to_thread(self._update_profiles, bodies)
         groups = due_groups(
             bodies, self._next_due, now=self.monotonic(), default_url=self.default_url
         )
         for (url, window), keys in groups.items():
             reports = await self.fetch(session, url, window, keys)
+            self.metrics.interval_ran(len(reports))
             for (namespace, name), report in reports.items():
                 await self.deliver(namespace, name, report)
+        if groups:  # a tick with nothing due is not a cycle: it would hide the last one's time
+            self.metrics.cycle(time.perf_counter() - started)
 
     async def fetch(
         self, session: aiohttp.ClientSession, url: str, window: float, keys: Sequence[Key]
@@ -151,6 +159,7 @@ class TelemetryLoop:
             session,
             timeout_seconds=self.settings.timeout_seconds,
             max_response_bytes=self.settings.max_response_bytes,
+            observe=self.metrics.queried,
         )
         targets = [Target(ns, label_value(name)) for ns, name in keys]
         try:
@@ -185,7 +194,12 @@ class TelemetryLoop:
             return
         view = read_profile(profile)
         digest = None if view.document is None else profile_digest(view.document)
-        patch = status_patch(profile, merged_view(sources, digest, self.settings), now=self.clock())
+        patch = status_patch(
+            profile,
+            merged_view(sources, digest, self.settings),
+            now=self.clock(),
+            tolerance=self.settings.record_tolerance,
+        )
         if patch is None:
             return
         log.info("%s/%s: profile live status updated", namespace, name)

@@ -6,7 +6,10 @@ view here sums their recorded counts (each pool's ``status.pools[].live``,
 written by its reconcile) and marks the profile ``Stale`` (reason
 ``CostDrift``) while any of them reports sustained cost drift against this
 profile's content. It is computed from the deployments' recorded views, so
-it changes only when one of them did: a quiet interval writes nothing.
+it changes only when one of them did, and is rewritten only when the merged
+estimate moved (``view_moved``: acceptance or cost beyond the record
+tolerance, another set of sources, drift): counts that only grew do not
+cost a write, so a quiet or steady interval writes nothing.
 """
 
 from __future__ import annotations
@@ -90,11 +93,38 @@ def stale_condition(view: Mapping[str, Any]) -> Condition:
     return Condition(type=STALE, status=ConditionStatus.FALSE, reason="Current", message="")
 
 
+def view_moved(old: Mapping[str, Any] | None, new: Mapping[str, Any], tolerance: float) -> bool:
+    """Whether the merged view says something the recorded one does not."""
+    if not old:
+        return True
+    if (old.get("sources"), old.get("costDrift")) != (new.get("sources"), new.get("costDrift")):
+        return True
+    before, after = old.get("perPosition") or [], new.get("perPosition") or []
+    if len(before) != len(after):
+        return True
+    widths = [w or 0.0 for w in new.get("halfWidth") or []] + [0.0] * len(after)
+    pairs = [*zip(before, after, widths[: len(after)], strict=True)]
+    pairs.append((old.get("costRatio"), new.get("costRatio"), 0.0))
+    for a, b, width in pairs:  # a move within the new estimate's interval is noise
+        if (a is None) != (b is None) or (
+            a is not None and b is not None and abs(a - b) > max(tolerance, width)
+        ):
+            return True
+    return False
+
+
 def status_patch(
-    profile: Mapping[str, Any], view: Mapping[str, Any], *, now: str
+    profile: Mapping[str, Any],
+    view: Mapping[str, Any],
+    *,
+    now: str,
+    tolerance: float = 0.0,
 ) -> dict[str, Any] | None:
-    """The merge patch of the profile's status (None: nothing to change)."""
+    """The merge patch of the profile's status (None: nothing to change, or a view that
+    did not move beyond ``tolerance`` from the recorded one)."""
     old = dict(profile.get("status") or {})
+    if not view_moved(old.get("live"), view, tolerance):
+        view = old["live"]
     generation = int((profile.get("metadata") or {}).get("generation") or 1)
     conditions = merge_conditions(
         [c for c in old.get("conditions") or [] if c.get("type") == STALE],

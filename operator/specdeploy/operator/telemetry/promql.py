@@ -18,7 +18,7 @@ sent, so the batching can be tested without a network.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -57,9 +57,22 @@ class PromClient:
     session: aiohttp.ClientSession
     timeout_seconds: float = 10.0
     max_response_bytes: int = 8 << 20
+    observe: Callable[[FetchProblem | None], None] | None = None
+    """Told of every query's end: None when answered, else its problem (the operator's metrics)."""
 
     async def query(self, query: Query) -> list[Sample]:
         """One instant query (POST, so long selectors fit); PrometheusError on any failure."""
+        try:
+            samples = await self._query(query)
+        except PrometheusError as err:
+            if self.observe is not None:
+                self.observe(err.problem)
+            raise
+        if self.observe is not None:
+            self.observe(None)
+        return samples
+
+    async def _query(self, query: Query) -> list[Sample]:
         url = self.base_url.rstrip("/") + QUERY_PATH
         timeout = aiohttp.ClientTimeout(total=self.timeout_seconds)
         try:

@@ -133,6 +133,15 @@ class Client:
         self._api = ApiClient(configuration)
         self._api.user_agent = USER_AGENT
 
+    @property
+    def user_agent(self) -> str:
+        """The ``User-Agent`` this client sends (the API server's audit log records it)."""
+        return str(self._api.user_agent)
+
+    @user_agent.setter
+    def user_agent(self, value: str) -> None:
+        self._api.user_agent = value
+
     def exchange(
         self,
         method: str,
@@ -222,7 +231,9 @@ class Client:
         config.cert_file = config.key_file = None
         config.refresh_api_key_hook = None
         config.api_key = {BEARER: f"Bearer {token}"} if token else {}
-        return Client(config, namespace=self.namespace, timeout=self.timeout)
+        other = Client(config, namespace=self.namespace, timeout=self.timeout)
+        other.user_agent = self.user_agent
+        return other
 
     def close(self) -> None:
         """Close the pooled connections."""

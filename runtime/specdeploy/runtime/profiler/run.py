@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from specdeploy.runtime.kube.client import Client
 from specdeploy.runtime.kube.config import in_cluster
-from specdeploy.runtime.profile import SpeculationProfile
+from specdeploy.runtime.profile import Fingerprint, SpeculationProfile
 from specdeploy.runtime.profiler.backend import (
     EngineOptions,
     ProfilerBackend,
@@ -84,6 +84,10 @@ class ProfileOptions:
     gpu_type: str | None = None
     """sim: model this GPU (its ``nvidia.com/gpu.product``) instead of the preset's."""
     engine: EngineOptions | None = None
+    emulate: Fingerprint | None = None
+    """sim: key the profile by this fingerprint (the engine flags' model, method, GPU,
+    ...) instead of the preset's: how the local cluster's emulated GPU pods profile the
+    pod's own model. The figures stay the preset's, and the profile says ``modelled``."""
     baseline: bool = True
     """Also measure plain decoding per batch size, where the backend can (``MeasuresBaseline``;
     the vllm backend starts a second engine for it)."""
@@ -111,6 +115,8 @@ def check_options(options: ProfileOptions) -> None:
         raise invalid_arguments(f"--max-k must lie in 1..16, got {options.max_k}")
     if options.backend == "sim" and not options.preset:
         raise invalid_arguments("--backend sim needs --preset (specdeploy simulate --list-presets)")
+    if options.emulate is not None and options.backend != "sim":
+        raise invalid_arguments("--emulate models an engine with the simulator: --backend sim")
     if options.backend == "vllm" and options.engine is None:
         raise invalid_arguments("--backend vllm needs --model")
     if options.backend not in ("sim", "vllm"):
@@ -173,7 +179,7 @@ def make_backend(options: ProfileOptions) -> ProfilerBackend:
         if options.gpu_type:
             preset = _on_gpu(preset, options.gpu_type)
         jitter = DEFAULT_JITTER if options.jitter is None else options.jitter
-        return SimBackend(preset, seed=options.seed, jitter=jitter)
+        return SimBackend(preset, seed=options.seed, jitter=jitter, fingerprint=options.emulate)
     assert options.engine is not None
     dataset = options.dataset or "mt-bench"
     conversations = tuple(load_conversations(dataset, limit=options.prompts or _limit(dataset)))

@@ -49,10 +49,21 @@ class SimBackend:
     name = "sim"
     source = Source.MODELLED
 
-    def __init__(self, preset: Preset, *, seed: int = 0, jitter: float = DEFAULT_JITTER) -> None:
+    def __init__(
+        self,
+        preset: Preset,
+        *,
+        seed: int = 0,
+        jitter: float = DEFAULT_JITTER,
+        fingerprint: Fingerprint | None = None,
+    ) -> None:
+        """``fingerprint``: what the profile is keyed by instead of the preset's own
+        (the local cluster's emulated GPU pods profile the pod's own model and
+        engine, modelled by this preset; the profile still says ``modelled``)."""
         if jitter < 0:
             raise ValueError(f"jitter must be >= 0, got {jitter}")
         self.preset = preset
+        self._fingerprint = fingerprint
         self.seed = seed
         self.jitter = jitter
         self._noise = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
@@ -61,7 +72,7 @@ class SimBackend:
         """Simulated engine seconds over every call, warm-up included."""
 
     def fingerprint(self) -> Fingerprint:
-        return self.preset.fingerprint()
+        return self._fingerprint or self.preset.fingerprint()
 
     def measure(
         self, batch_size: int, k: int, steps: int, *, prompt_tokens: int | None = None

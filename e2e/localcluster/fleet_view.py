@@ -1,0 +1,101 @@
+"""What a SpeculativeDeployment's pods run, as tests and benchmarks of the loop read it.
+
+Read through the API (the operator's children, by its managed-by label) and
+from each serving pod's own add-on endpoint (``specdeploy_table_generation``:
+how many tables that pod has installed), so "every pod runs the new table"
+and "no pod restarted" are observed rather than inferred.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from e2e.localcluster.emulation import LOCAL_METRICS, LOCAL_PID
+from e2e.localcluster.kubeapi import KubeApi
+from specdeploy.runtime.kube import paths
+
+Obj = dict[str, Any]
+MANAGED = "app.kubernetes.io/managed-by=specdeploy"
+SERVING = "serving"
+
+
+def children(api: KubeApi, kind: str, namespace: str) -> list[Obj]:
+    return api.items(paths.path(kind, namespace), labelSelector=MANAGED)
+
+
+def serving_pods(api: KubeApi, namespace: str) -> dict[str, str]:
+    """Running serving pod uid -> the pid of its process (a restart changes either)."""
+    return {
+        p["metadata"]["uid"]: p["metadata"].get("annotations", {}).get(LOCAL_PID, "")
+        for p in children(api, "Pod", namespace)
+        if p["metadata"].get("labels", {}).get("specdeploy.io/component") == SERVING
+        and p["status"].get("phase") == "Running"
+    }
+
+
+def templates(api: KubeApi, namespace: str) -> dict[str, str]:
+    """Deployment name -> a digest of its pod template."""
+    return {
+        d["metadata"]["name"]: hashlib.sha256(
+            json.dumps(d["spec"]["template"], sort_keys=True).encode()
+        ).hexdigest()[:16]
+        for d in children(api, "Deployment", namespace)
+    }
+
+
+def tables(api: KubeApi, namespace: str) -> dict[str, list[list[int]]]:
+    """Table ConfigMap name -> the schedule it carries."""
+    found = {}
+    for cm in children(api, "ConfigMap", namespace):
+        if "table.json" in cm.get("data", {}):
+            found[cm["metadata"]["name"]] = json.loads(cm["data"]["table.json"])["schedule"]
+    return found
+
+
+def mean_k(schedule: list[list[int]], top: int = 64) -> float:
+    """A schedule's mean K over batch sizes 1..top (the tail inherits the last range)."""
+    ks = [
+        next((r[2] for r in schedule if r[0] <= bs <= r[1]), schedule[-1][2])
+        for bs in range(1, top + 1)
+    ]
+    return sum(ks) / len(ks)
+
+
+def addon_generations(api: KubeApi, namespace: str) -> dict[str, float]:
+    """Serving pod name -> its add-on's ``specdeploy_table_generation``."""
+    found = {}
+    for pod in children(api, "Pod", namespace):
+        address = pod["metadata"].get("annotations", {}).get(LOCAL_METRICS)
+        if not address:
+            continue
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        for line in text.splitlines():
+            if line.startswith("specdeploy_table_generation{"):
+                found[pod["metadata"]["name"]] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def start_load(
+    url: str, model: str, workload: str, seconds: int, out: Path, *, concurrency: int = 8
+) -> subprocess.Popen[bytes]:
+    """``specdeploy load`` against ``url`` in the background, its JSON report to ``out``."""
+    argv = [sys.executable, "-m", "specdeploy", "load", f"--url={url}", f"--model={model}"]
+    argv += [f"--concurrency={concurrency}", f"--duration={seconds}", f"--workload={workload}"]
+    argv += [f"--json={out}", "--max-tokens=64"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def load_summary(proc: subprocess.Popen[bytes], out: Path, timeout: float = 180) -> Obj:
+    """Wait for a ``start_load`` run; its summary (asserting it exited 0)."""
+    code = proc.wait(timeout=timeout)
+    if code != 0:
+        raise AssertionError(f"specdeploy load exited {code}")
+    summary: Obj = json.loads(out.read_text())["summary"]
+    return summary

@@ -1,0 +1,282 @@
+"""The operator's own Prometheus metrics, on a port of its own (``--metrics-port``).
+
+Why the operator exports anything: the pods' metrics say what the fleet
+does, not whether the controller keeps up. A platform team alerts on
+reconciles that keep failing, on a telemetry loop that stopped (its last
+cycle's timestamp) and on Prometheus refusing the loop's queries, and sizes
+the operator's API traffic from its writes. Names start with
+``specdeploy_operator_``; the registry is the operator's own (never the
+process-global one), so tests read a private registry and nothing a library
+registers leaks onto the endpoint.
+
+=====================================================================  =========================
+``specdeploy_operator_info{version}``                                  gauge, 1
+``specdeploy_operator_reconciles_total{outcome}``                      ok | retry | error
+``specdeploy_operator_reconcile_duration_seconds{outcome}``            histogram
+``specdeploy_operator_api_writes_total{kind,verb,subresource}``        every write sent
+``specdeploy_operator_telemetry_intervals_total``                      one per deployment interval
+``specdeploy_operator_promql_queries_total``                           queries sent
+``specdeploy_operator_promql_query_failures_total{problem}``           by the condition reason
+``specdeploy_operator_telemetry_cycle_seconds``                        the last cycle's duration
+``specdeploy_operator_telemetry_last_cycle_timestamp_seconds``         when it ended
+``specdeploy_operator_deployments``                                    SpeculativeDeployments seen
+``specdeploy_operator_pools``                                          pools in their status
+=====================================================================  =========================
+
+Outcomes: ``ok`` the reconcile finished (with or without writes);
+``retry`` our view was stale (a conflict), decided again at once;
+``error`` the API refused or did not answer (retried after a delay), or
+the reconcile raised. A write's ``verb`` is the API server's (create,
+update, patch, apply, delete), ``kind`` the object's, ``subresource``
+``status`` for status writes and empty otherwise; writes are counted when
+sent, whatever the answer. A telemetry cycle is a tick of the loop that
+read at least one deployment's interval.
+
+Derived rates, for dashboards and alerts::
+
+    sum by (outcome) (rate(specdeploy_operator_reconciles_total[5m]))
+    histogram_quantile(0.99,
+      sum by (le) (rate(specdeploy_operator_reconcile_duration_seconds_bucket[5m])))
+    sum by (kind, verb) (rate(specdeploy_operator_api_writes_total[5m]))
+    sum(rate(specdeploy_operator_promql_query_failures_total[5m]))
+      / rate(specdeploy_operator_promql_queries_total[5m])
+    time() - specdeploy_operator_telemetry_last_cycle_timestamp_seconds  # the loop stalled
+
+Counting costs a dict lookup and an add under ``prometheus_client``'s
+lock, off the event loop's critical path; every recording method is
+guarded (``_never_raises``): a bug here logs once and never breaks a
+reconcile or a telemetry interval.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ParamSpec
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from specdeploy.operator import k8s
+from specdeploy.operator.telemetry.window import FetchProblem
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON
+
+__all__ = [
+    "DEFAULT_PORT",
+    "MeteredApi",
+    "OperatorMetrics",
+    "Outcome",
+    "write_labels",
+]
+
+log = logging.getLogger("specdeploy.operator.metrics")
+P = ParamSpec("P")
+
+DEFAULT_PORT = 9401
+"""Beside the add-on's 9400 (``builders.deployment.METRICS_PORT``) and away from
+kopf's liveness 8080, so an operator run on a laptop next to a pod collides with neither."""
+PREFIX = "specdeploy_operator_"
+RECONCILE_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""A no-op reconcile is a handful of GETs (~10 ms); a slow API server, seconds."""
+VERBS = {"POST": "create", "PUT": "update", "DELETE": "delete", "PATCH": "patch"}
+_PLURALS = {kind.plural: name for name, kind in paths.KINDS.items()}
+
+
+class Outcome(StrEnum):
+    """How one reconcile ended (module docstring)."""
+
+    OK = "ok"
+    RETRY = "retry"
+    ERROR = "error"
+
+
+def _never_raises(method: Callable[P, None]) -> Callable[P, None]:
+    """Metrics are a by-product: an error in one is logged once, and swallowed."""
+    failed = False
+
+    @functools.wraps(method)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> None:
+        nonlocal failed
+        try:
+            method(*args, **kwargs)
+        except Exception:
+            if not failed:
+                failed = True
+                log.exception("metrics: %s failed (logged once; the operator goes on)", method)
+
+    return guarded
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("specdeploy")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def write_labels(method: str, path: str, content_type: str = JSON) -> tuple[str, str, str] | None:
+    """(kind, verb, subresource) of a request to ``path``; None for a read. Pure.
+
+    ``/apis/apps/v1/namespaces/ns/deployments/x`` PATCHed with server-side
+    apply is ("Deployment", "apply", ""); an unknown plural stands for its kind.
+    """
+    verb = VERBS.get(method.upper())
+    if verb is None:
+        return None
+    if verb == "patch" and content_type == APPLY_PATCH:
+        verb = "apply"
+    parts = path.strip("/").split("/")
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(parts) > 2 and parts[0] == "namespaces":
+        parts = parts[2:]
+    plural = parts[0] if parts else ""
+    subresource = parts[2] if len(parts) > 2 else ""
+    return _PLURALS.get(plural, plural), verb, subresource
+
+
+def pools_of(bodies: Iterable[Mapping[str, Any]]) -> int:
+    """Pools the operator has decided for these deployments (their ``status.pools``)."""
+    return sum(len((b.get("status") or {}).get("pools") or ()) for b in bodies)
+
+
+class OperatorMetrics:
+    """Every series the operator exports, in a registry of its own."""
+
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, version: str | None = None
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.info = Gauge(
+            PREFIX + "info", "The running operator (value 1)", ["version"], registry=r
+        )
+        self.info.labels(version or _version()).set(1)
+        self.reconciles = Counter(
+            PREFIX + "reconciles",
+            "Reconciles of a SpeculativeDeployment, by outcome",
+            ["outcome"],
+            registry=r,
+        )
+        self.reconcile_seconds = Histogram(
+            PREFIX + "reconcile_duration_seconds",
+            "Wall time of one reconcile (gather, decide, plan, send), by outcome",
+            ["outcome"],
+            buckets=RECONCILE_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self.api_writes = Counter(
+            PREFIX + "api_writes",
+            "API writes sent (answered or refused)",
+            ["kind", "verb", "subresource"],
+            registry=r,
+        )
+        self.intervals = Counter(
+            PREFIX + "telemetry_intervals",
+            "Telemetry intervals run, one per deployment (whether Prometheus answered or not)",
+            registry=r,
+        )
+        self.queries = Counter(
+            PREFIX + "promql_queries", "PromQL queries sent to Prometheus", registry=r
+        )
+        self.query_failures = Counter(
+            PREFIX + "promql_query_failures",
+            "PromQL queries that failed, by problem",
+            ["problem"],
+            registry=r,
+        )
+        self.cycle_seconds = Gauge(
+            PREFIX + "telemetry_cycle_seconds",
+            "Duration of the last telemetry cycle (list, profiles, queries, deliveries)",
+            registry=r,
+        )
+        self.cycle_timestamp = Gauge(
+            PREFIX + "telemetry_last_cycle_timestamp_seconds",
+            "Unix time at which the last telemetry cycle ended",
+            registry=r,
+        )
+        self.deployments = Gauge(
+            PREFIX + "deployments", "SpeculativeDeployments the operator sees", registry=r
+        )
+        self.pools = Gauge(
+            PREFIX + "pools", "Pools in the SpeculativeDeployments' status", registry=r
+        )
+        # Every outcome and problem exists at 0 from the start, so rate() and
+        # alerts see the first failure as a change rather than a new series.
+        for outcome in Outcome:
+            self.reconciles.labels(outcome.value)
+            self.reconcile_seconds.labels(outcome.value)
+        for problem in FetchProblem:
+            self.query_failures.labels(problem.value)
+
+    @_never_raises
+    def reconciled(self, outcome: Outcome, seconds: float) -> None:
+        self.reconciles.labels(outcome.value).inc()
+        self.reconcile_seconds.labels(outcome.value).observe(seconds)
+
+    @_never_raises
+    def wrote(self, method: str, path: str, content_type: str = JSON) -> None:
+        labels = write_labels(method, path, content_type)
+        if labels is not None:
+            self.api_writes.labels(*labels).inc()
+
+    @_never_raises
+    def interval_ran(self, deployments: int = 1) -> None:
+        self.intervals.inc(deployments)
+
+    @_never_raises
+    def queried(self, problem: FetchProblem | None) -> None:
+        """One PromQL query answered (None) or failed (its problem)."""
+        self.queries.inc()
+        if problem is not None:
+            self.query_failures.labels(problem.value).inc()
+
+    @_never_raises
+    def cycle(self, seconds: float, *, ended: float | None = None) -> None:
+        self.cycle_seconds.set(seconds)
+        self.cycle_timestamp.set(time.time() if ended is None else ended)
+
+    @_never_raises
+    def known(self, bodies: Sequence[Mapping[str, Any]]) -> None:
+        """The deployments one list returned: how many, and their pools."""
+        self.deployments.set(len(bodies))
+        self.pools.set(pools_of(bodies))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
+        """Start ``/metrics`` in a daemon thread (not kopf's loop); return the server.
+
+        A port that cannot be bound raises OSError: at start-up that is a
+        configuration error, reported before the operator watches anything.
+        """
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server
+
+
+@dataclass
+class MeteredApi:
+    """``k8s.Api`` that counts every write it sends: the one write path of the operator.
+
+    The reconciler's requests (``k8s.send``) and the telemetry loop's
+    profile-status patches both go through the client the operator was
+    given, so wrapping it counts all of them and changes neither.
+    """
+
+    inner: k8s.Api
+    metrics: OperatorMetrics
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        content_type: str = JSON,
+        query: Sequence[tuple[str, str]] = (),
+    ) -> dict[str, Any]:
+        if method != "GET":
+            self.metrics.wrote(method, path, content_type)
+        return self.inner.request(method, path, body=body, content_type=content_type, query=query)

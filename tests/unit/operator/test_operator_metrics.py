@@ -1,0 +1,399 @@
+"""The operator's /metrics: the families it serves, the counters reconciles and intervals move.
+
+Reconciles run through the in-memory API server of ``test_operator_k8s``
+(its raw transport made to explode, so nothing reaches a network); the
+telemetry loop asks the fake Prometheus of the telemetry tests. Every
+value is read from the metrics' private registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from specdeploy.cli import build_parser
+from specdeploy.cli.operator import DEFAULT_METRICS_PORT
+from specdeploy.operator import handlers, k8s, main
+from specdeploy.operator.metrics import (
+    DEFAULT_PORT,
+    MeteredApi,
+    OperatorMetrics,
+    Outcome,
+    write_labels,
+)
+from specdeploy.operator.reconcile import Result
+from specdeploy.operator.telemetry.loop import TelemetryLoop
+from specdeploy.runtime.kube import paths
+from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON_PATCH, MERGE_PATCH
+from tests.unit.operator.telemetry.fake_prometheus import FakePrometheus, serving
+from tests.unit.operator.telemetry.fakes import body as telemetry_body
+from tests.unit.operator.test_operator_k8s import (
+    H100,
+    NS,
+    FakeApi,
+    cluster,
+    create_example,
+    no_network,
+)
+
+__all__ = ["no_network"]  # the autouse fixture: no connection but loopback ones we open
+NAME = "llama-8b-chat"
+J = "application/json"
+FAMILIES = {
+    "specdeploy_operator_info",
+    "specdeploy_operator_reconciles",
+    "specdeploy_operator_reconcile_duration_seconds",
+    "specdeploy_operator_api_writes",
+    "specdeploy_operator_telemetry_intervals",
+    "specdeploy_operator_promql_queries",
+    "specdeploy_operator_promql_query_failures",
+    "specdeploy_operator_telemetry_cycle_seconds",
+    "specdeploy_operator_telemetry_last_cycle_timestamp_seconds",
+    "specdeploy_operator_deployments",
+    "specdeploy_operator_pools",
+}
+
+
+def value(metrics: OperatorMetrics, name: str, **labels: str) -> float:
+    """A sample of ``specdeploy_operator_<name>`` (0 when absent)."""
+    found = metrics.registry.get_sample_value("specdeploy_operator_" + name, labels)
+    return 0.0 if found is None else found
+
+
+def writes(metrics: OperatorMetrics) -> dict[tuple[str, str, str], float]:
+    return {
+        (s.labels["kind"], s.labels["verb"], s.labels["subresource"]): s.value
+        for family in metrics.registry.collect()
+        if family.name == "specdeploy_operator_api_writes"
+        for s in family.samples
+        if s.name.endswith("_total")
+    }
+
+
+def new_deployment() -> FakeApi:
+    """One H100 node and the example deployment, not yet reconciled."""
+    api = cluster(H100)
+    create_example(api)
+    return api
+
+
+def reconcile(reconciler: handlers.Reconciler) -> None:
+    asyncio.run(reconciler.reconcile(NS, NAME))
+
+
+# --- the endpoint ------------------------------------------------------------------
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[OperatorMetrics, str]]:
+    metrics = OperatorMetrics(version="9.9.9")
+    server = metrics.serve(0, "127.0.0.1")  # port 0: one the kernel picks
+    try:
+        yield metrics, f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def scrape(url: str) -> dict[str, Any]:
+    """The families served; the 0.0.4 text format's ``*_created`` gauges left out."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    families = text_string_to_metric_families(text)
+    return {f.name: f for f in families if not f.name.endswith("_created")}
+
+
+def test_the_endpoint_serves_every_family_and_only_the_operators(
+    served: tuple[OperatorMetrics, str],
+) -> None:
+    _, url = served
+    families = scrape(url)
+
+    assert set(families) == FAMILIES  # a registry of its own: no process or GC collectors
+    (info,) = families["specdeploy_operator_info"].samples
+    assert (info.labels, info.value) == ({"version": "9.9.9"}, 1.0)
+
+
+def test_every_outcome_and_problem_is_served_at_zero_before_the_first_event(
+    served: tuple[OperatorMetrics, str],
+) -> None:
+    families = scrape(served[1])
+
+    outcomes = {
+        s.labels["outcome"]: s.value
+        for s in families["specdeploy_operator_reconciles"].samples
+        if s.name.endswith("_total")
+    }
+    problems = {
+        s.labels["problem"]
+        for s in families["specdeploy_operator_promql_query_failures"].samples
+        if s.name.endswith("_total")
+    }
+    assert outcomes == {"ok": 0.0, "retry": 0.0, "error": 0.0}
+    assert problems == {"PrometheusUnreachable", "PrometheusBadResponse"}
+
+
+def test_a_scrape_sees_a_reconcile_counted_a_moment_before(
+    served: tuple[OperatorMetrics, str],
+) -> None:
+    metrics, url = served
+    metrics.reconciled(Outcome.OK, 0.03)
+
+    samples = {
+        (s.name, s.labels.get("outcome"), s.labels.get("le")): s.value
+        for s in scrape(url)["specdeploy_operator_reconcile_duration_seconds"].samples
+    }
+    assert samples[("specdeploy_operator_reconcile_duration_seconds_count", "ok", None)] == 1
+    assert samples[("specdeploy_operator_reconcile_duration_seconds_bucket", "ok", "0.025")] == 0
+    assert samples[("specdeploy_operator_reconcile_duration_seconds_bucket", "ok", "0.05")] == 1
+
+
+# --- reconciles --------------------------------------------------------------------
+
+
+def test_a_reconcile_counts_ok_and_each_write_it_sent_by_kind_and_verb() -> None:
+    api = new_deployment()
+    metrics = OperatorMetrics()
+    reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
+
+    reconcile(reconciler)
+
+    sent = api.writes()
+    assert sent, "the first reconcile of a new deployment writes"
+    assert value(metrics, "reconciles_total", outcome="ok") == 1
+    assert value(metrics, "reconcile_duration_seconds_count", outcome="ok") == 1
+    assert sum(writes(metrics).values()) == len(sent)
+    assert writes(metrics)[("SpeculativeDeployment", "patch", "status")] == 1
+    assert writes(metrics)[("Job", "create", "")] == 1
+    assert writes(metrics)[("Service", "apply", "")] == 1
+
+
+def test_a_reconcile_with_nothing_to_change_counts_ok_and_no_write() -> None:
+    api = new_deployment()
+    metrics = OperatorMetrics()
+    reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
+    for _ in range(4):
+        reconcile(reconciler)  # settles: profiling is pending, nothing moves
+    before = dict(writes(metrics))
+
+    reconcile(reconciler)
+
+    assert writes(metrics) == before
+    assert value(metrics, "reconciles_total", outcome="ok") == 5
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [
+        (k8s.RetryLater("conflict"), "retry"),
+        (k8s.ApiError("GET", "/x", 503, "{}"), "error"),
+        (ConnectionRefusedError("refused"), "error"),
+    ],
+    ids=["a-stale-view-is-a-retry", "a-refusal-is-an-error", "no-answer-is-an-error"],
+)
+def test_a_failed_reconcile_is_counted_by_its_outcome(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, outcome: str
+) -> None:
+    def failing(*_: Any, **__: Any) -> Result:
+        raise error
+
+    monkeypatch.setattr(handlers, "reconcile_once", failing)
+    metrics = OperatorMetrics()
+
+    reconcile(handlers.Reconciler(api=FakeApi(), metrics=metrics, retry_seconds=60))
+
+    assert value(metrics, "reconciles_total", outcome=outcome) == 1
+    assert value(metrics, "reconciles_total", outcome="ok") == 0
+
+
+def test_a_reconcile_that_raises_a_bug_is_an_error_and_still_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: Any, **__: Any) -> Result:
+        raise KeyError("spec")
+
+    monkeypatch.setattr(handlers, "reconcile_once", broken)
+    metrics = OperatorMetrics()
+
+    with pytest.raises(KeyError):
+        reconcile(handlers.Reconciler(api=FakeApi(), metrics=metrics))
+    assert value(metrics, "reconciles_total", outcome="error") == 1
+
+
+class Exploding:
+    """Stands in for any prometheus_client object: every use raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"metrics bug: {name}")
+
+
+def test_a_bug_in_the_metrics_never_breaks_a_reconcile_or_a_write(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = new_deployment()
+    metrics = OperatorMetrics()
+    broken: Any = Exploding()
+    metrics.reconciles = metrics.reconcile_seconds = metrics.api_writes = broken
+    reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
+
+    with caplog.at_level(logging.ERROR, logger="specdeploy.operator.metrics"):
+        reconcile(reconciler)
+
+    assert api.of("jobs"), "the reconcile wrote its children all the same"
+    logged = [r.exc_info[1] for r in caplog.records if r.exc_info]
+    assert logged and all(isinstance(e, RuntimeError) for e in logged)
+
+
+# --- writes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content_type", "labels"),
+    [
+        ("POST", paths.path("Job", NS), J, ("Job", "create", "")),
+        ("PATCH", paths.path("Deployment", NS, "d"), APPLY_PATCH, ("Deployment", "apply", "")),
+        (
+            "PATCH",
+            paths.path("SpeculationProfile", NS, "p", "status"),
+            MERGE_PATCH,
+            ("SpeculationProfile", "patch", "status"),
+        ),
+        ("PATCH", paths.path("Job", NS, "j"), JSON_PATCH, ("Job", "patch", "")),
+        ("DELETE", paths.path("RoleBinding", NS, "r"), J, ("RoleBinding", "delete", "")),
+        ("PUT", paths.path("ConfigMap", NS, "c"), J, ("ConfigMap", "update", "")),
+        ("POST", paths.path("Namespace"), J, ("Namespace", "create", "")),
+        ("DELETE", paths.path("Namespace", None, "ns"), J, ("Namespace", "delete", "")),
+        ("POST", "/apis/example.io/v1/namespaces/x/widgets", J, ("widgets", "create", "")),
+        ("GET", paths.path("Job", NS, "j"), J, None),
+    ],
+    ids=[
+        "a-create",
+        "server-side-apply",
+        "a-status-merge-patch",
+        "a-json-patch",
+        "a-delete",
+        "an-update",
+        "a-cluster-scoped-create",
+        "a-namespace-itself",
+        "an-unknown-plural-names-itself",
+        "a-read-is-no-write",
+    ],
+)
+def test_a_write_is_labelled_with_the_kind_the_verb_and_the_subresource(
+    method: str, path: str, content_type: str, labels: tuple[str, str, str] | None
+) -> None:
+    assert write_labels(method, path, content_type) == labels
+
+
+# --- the telemetry loop ------------------------------------------------------------
+
+
+class Deployments:
+    """An API answering the loop's list with ``bodies`` (and no profile)."""
+
+    def __init__(self, *bodies: dict[str, Any]) -> None:
+        self.bodies = bodies
+
+    def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        assert method == "GET", "this loop has no profile status to write"
+        return {"items": list(self.bodies)}
+
+
+def tick(fake: FakePrometheus, metrics: OperatorMetrics, *bodies: dict[str, Any]) -> list[str]:
+    delivered: list[str] = []
+
+    async def deliver(namespace: str, name: str, report: Any) -> None:
+        delivered.append(name)
+
+    async def go() -> None:
+        async with serving(fake) as url, aiohttp.ClientSession() as session:
+            for b in bodies:
+                b["spec"]["telemetry"]["prometheusURL"] = url
+            loop = TelemetryLoop(api=Deployments(*bodies), deliver=deliver, metrics=metrics)
+            await loop.tick(session)
+
+    asyncio.run(go())
+    return delivered
+
+
+def deployment(name: str, pools: int) -> dict[str, Any]:
+    doc = telemetry_body()
+    doc["metadata"]["name"] = name
+    doc["status"] = {"pools": [{"gpuType": f"gpu-{i}"} for i in range(pools)]}
+    return doc
+
+
+def test_an_interval_counts_its_queries_deployments_pools_and_cycle() -> None:
+    fake, metrics = FakePrometheus(), OperatorMetrics()
+
+    delivered = tick(fake, metrics, deployment("a", 2), deployment("b", 1))
+
+    assert sorted(delivered) == ["a", "b"]
+    assert value(metrics, "telemetry_intervals_total") == 2
+    assert value(metrics, "promql_queries_total") == len(fake.queries) > 0
+    assert value(metrics, "deployments") == 2
+    assert value(metrics, "pools") == 3
+    assert value(metrics, "telemetry_cycle_seconds") > 0
+    assert value(metrics, "telemetry_last_cycle_timestamp_seconds") > 1e9
+    assert value(metrics, "promql_query_failures_total", problem="PrometheusUnreachable") == 0
+
+
+@pytest.mark.parametrize(
+    ("mode", "problem"),
+    [("503", "PrometheusUnreachable"), ("html", "PrometheusBadResponse")],
+    ids=["an-unavailable-prometheus", "an-answer-that-is-not-prometheus"],
+)
+def test_failed_queries_are_counted_by_problem(mode: str, problem: str) -> None:
+    fake, metrics = FakePrometheus(mode=mode), OperatorMetrics()
+
+    tick(fake, metrics, deployment("a", 1))
+
+    sent = value(metrics, "promql_queries_total")
+    assert sent == len(fake.queries) > 0
+    assert value(metrics, "promql_query_failures_total", problem=problem) == sent
+    assert value(metrics, "telemetry_intervals_total") == 1
+
+
+def test_a_tick_with_nothing_due_keeps_the_last_cycles_duration() -> None:
+    metrics = OperatorMetrics()
+    metrics.cycle(4.0, ended=1_700_000_000.0)
+
+    tick(FakePrometheus(), metrics)  # no deployment: nothing due
+
+    assert value(metrics, "telemetry_cycle_seconds") == 4.0
+    assert value(metrics, "deployments") == 0
+
+
+# --- the flag ----------------------------------------------------------------------
+
+
+def test_the_cli_default_is_the_operators_and_zero_turns_the_endpoint_off() -> None:
+    argv = ["operator", "run"]
+    assert DEFAULT_METRICS_PORT == DEFAULT_PORT
+    assert build_parser(argv).parse_args(argv).metrics_port == DEFAULT_PORT
+    off = [*argv, "--metrics-port=0"]
+    assert build_parser(off).parse_args(off).metrics_port == 0
+    assert main.serve_metrics(0).registry is not None  # nothing bound
+
+
+def test_a_port_out_of_range_is_refused_by_the_cli() -> None:
+    argv = ["operator", "run", "--metrics-port=70000"]
+    with pytest.raises(SystemExit):
+        build_parser(argv).parse_args(argv)
+
+
+def test_a_taken_port_stops_the_start_naming_the_flag() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit, match="--metrics-port"):
+            main.serve_metrics(port, "127.0.0.1")
