@@ -16,6 +16,13 @@ decode step. At concurrency 4 the server's TPOT also carries the prefills
 of arriving requests and the frontend's work on the scheduler's core, which
 the profiler's pure decode steps leave out: measured here 0.73-0.96 of TPOT
 and 0.90-1.09 of the median inter-token latency, under a neighbour's load.
+
+A pair that misses is measured once more and both pairs are reported (the
+rule ``bench/cpu_dsd.py`` applies to its sanity check): on this box one
+pair's ratio moved between 0.81 and 0.94 with nothing else running
+(2026-12-01, step 37.0 ms against a 45.6 ms TPOT), more than a single pair
+can resolve against the 15% bound. The old thread settings give 2.0x, which
+no second pair brings within it.
 """
 
 from __future__ import annotations
@@ -60,9 +67,17 @@ print(json.dumps({"tpot_ms": client["median_tpot_ms"], "itl_ms": client["median_
 """
 
 
+ATTEMPTS = 2
+
+
 def test_the_plain_decoding_step_is_the_servers_tpot(in_venv: VenvRunner, smollm2: str) -> None:
-    done = in_venv("-c", SCRIPT, smollm2, str(CONCURRENCY), timeout=1200)
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    assert found["steps"] >= 64
-    ratio = found["step_ms"] / found["tpot_ms"]
-    assert abs(ratio - 1.0) <= TOLERANCE, found
+    pairs = []
+    for _ in range(ATTEMPTS):
+        done = in_venv("-c", SCRIPT, smollm2, str(CONCURRENCY), timeout=1200)
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+        assert found["steps"] >= 64
+        found["ratio"] = round(found["step_ms"] / found["tpot_ms"], 3)
+        pairs.append(found)
+        if abs(found["ratio"] - 1.0) <= TOLERANCE:
+            break
+    assert abs(pairs[-1]["ratio"] - 1.0) <= TOLERANCE, pairs

@@ -12,6 +12,10 @@ TelemetryHealthy:
   ``stale_intervals`` intervals): the affected pools' tables stay frozen;
 * True ``Healthy`` otherwise.
 
+A pool without series before any verdict (the first interval after a
+roll-out, before Prometheus' first scrape of the new pods) is Unknown
+``SeriesPending``, not False: one interval's grace, then ``SeriesMissing``.
+
 Messages name pools and thresholds, never ages or counts, so that the same
 trouble in the next interval writes nothing new.
 
@@ -101,6 +105,12 @@ def telemetry_health(
     usable = {p: w for p, w in report.windows.items() if p in expected and p not in stale}
     if missing:
         message = f"no add-on series for pool(s) {', '.join(missing)}; their tables frozen"
+        carried = _carried(old_conditions)
+        if carried is None or (
+            carried.status is ConditionStatus.UNKNOWN and carried.reason != "SeriesPending"
+        ):
+            pending = _cond(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "SeriesPending", message)
+            return Health(pending, usable)
         return Health(
             _cond(TELEMETRY_HEALTHY, ConditionStatus.FALSE, "SeriesMissing", message), usable
         )

@@ -162,7 +162,9 @@ def test_prometheus_down_freezes_the_table_and_says_why_and_recovery_says_health
 
 def test_a_pool_without_series_or_with_stale_ones_is_frozen_with_the_reason() -> None:
     deployment, before = settle(body())
-    _, missing = step(deployment, before, TelemetryReport(URL, 60.0, {}))
+    pending_body, pending = step(deployment, before, TelemetryReport(URL, 60.0, {}))
+    assert condition(pending, "TelemetryHealthy")["reason"] == "SeriesPending"  # one grace
+    _, missing = step(pending_body, pending, TelemetryReport(URL, 60.0, {}))
     assert condition(missing, "TelemetryHealthy")["reason"] == "SeriesMissing"
     assert table(missing) == table(before)
     _, stale = step(deployment, before, report(p=window(LOW, k=3, age=3600.0)))
@@ -179,3 +181,37 @@ def test_without_any_prometheus_telemetry_is_unknown_and_with_the_env_default_it
     assert condition(decision, "TablesCurrent")["reason"] == "NoTelemetry"
     _, with_env = settle(plain, config=Config(prometheus_url=URL))
     assert condition(with_env, "TelemetryHealthy")["reason"] == "NoInterval"
+
+
+def test_no_series_before_any_verdict_is_pending_then_missing() -> None:
+    """A roll-out's first interval may come before Prometheus scraped the new pods."""
+    from specdeploy.operator.telemetry.health import telemetry_health
+
+    first = telemetry_health(
+        url=URL,
+        report=TelemetryReport(URL, 60.0, {}),
+        expected=["p"],
+        interval_seconds=60.0,
+        stale_intervals=2.0,
+    )
+    assert (first.condition.status.value, first.condition.reason) == ("Unknown", "SeriesPending")
+    carried = [first.condition.model_dump(mode="json", by_alias=True)]
+    second = telemetry_health(
+        url=URL,
+        report=TelemetryReport(URL, 60.0, {}),
+        expected=["p"],
+        interval_seconds=60.0,
+        stale_intervals=2.0,
+        old_conditions=carried,
+    )
+    assert (second.condition.status.value, second.condition.reason) == ("False", "SeriesMissing")
+    healthy = [{"type": "TelemetryHealthy", "status": "True", "reason": "Healthy", "message": ""}]
+    third = telemetry_health(
+        url=URL,
+        report=TelemetryReport(URL, 60.0, {}),
+        expected=["p"],
+        interval_seconds=60.0,
+        stale_intervals=2.0,
+        old_conditions=healthy,
+    )
+    assert (third.condition.status.value, third.condition.reason) == ("False", "SeriesMissing")
