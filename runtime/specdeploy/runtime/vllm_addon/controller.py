@@ -13,6 +13,14 @@ The vLLM scheduler subclass (``scheduler.py``) calls three things:
   a clean decode step), the metrics and the drafting-rate watch;
 * ``install(table)`` / ``rejected(reason)`` from the table watcher thread.
 
+Faults: the add-on must never take the engine down. A policy that raises or
+answers anything but an int in 0..maxK costs that step (vLLM's own lookup,
+counted, logged once). Anything else that raises in the add-on's own step
+work - reading a vLLM step whose attributes moved, the metrics, the drafting
+watch - trips the fuse (``trip``): from then on every step uses vLLM's own
+lookup, the fault is counted by where it happened
+(``specdeploy_addon_faults``) and logged once, and the engine keeps serving.
+
 Thread-safety: the watcher thread only rebinds ``self._table`` (one reference
 assignment, atomic in CPython); the scheduler thread reads it once per call.
 A policy is never shared between two tables, so its state is only touched by
@@ -21,6 +29,7 @@ the scheduler thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -58,21 +67,41 @@ class KController:
         self._policy_error_logged = False
         self.last_error: str | None = None
         self._drafting = DraftingRateWatch(None)
+        self.tripped: str | None = None
+        """Where the fuse tripped (None: the add-on chooses K)."""
 
     # --- hot path --------------------------------------------------------------
 
     def choose_k(self, batch_size: int) -> int:
         """K for a step with ``batch_size`` scheduled requests."""
         table = self._table
-        policy = None if table is None else table.policy
+        policy = None if table is None or self.tripped is not None else table.policy
         if policy is None:
             return self.vllm_k(batch_size)
         try:
             k = policy.choose_k(batch_size)
+            if type(k) is not int or k < 0:  # None, a float, a numpy int, -1: a policy bug
+                raise TypeError(f"choose_k returned {k!r}, not an int >= 0")
         except Exception:  # a policy bug must not stop the engine
             self._policy_failed("choose_k")
             return self.vllm_k(batch_size)
         return self._clamp[k if k <= self._clamp_last else self._clamp_last]
+
+    def trip(self, where: str) -> None:
+        """An add-on fault outside the policy (call from an ``except``): vLLM's own lookup
+        from now on; counted by ``where``, logged once with its traceback."""
+        first = self.tripped is None
+        if first:
+            self.tripped = where
+        if self.metrics is not None:
+            with contextlib.suppress(Exception):  # the metrics may be what failed
+                self.metrics.fault(where)
+        if first:
+            log.exception(
+                "specdeploy: add-on fault in %s; vLLM's own schedule from now on (the engine "
+                "keeps serving; restart the pod to re-enable the add-on)",
+                where,
+            )
 
     def vllm_k(self, batch_size: int) -> int:
         """What vLLM's own lookup (the table the engine started with) says."""
@@ -116,14 +145,17 @@ class KController:
             except Exception:
                 self._policy_failed("observe")
         self.steps += 1
-        if record.reached:
-            verdict = self._drafting.add(record.reached[0], record.proposed[0])
-            if verdict is not None:
-                self._drafting_verdict(verdict)
-        if self.metrics is not None:
-            self.metrics.step(k, record)
-            if self.steps % SLOW_TICK_STEPS == 0:
-                self._slow_metrics(batch_size)
+        try:
+            if record.reached:
+                verdict = self._drafting.add(record.reached[0], record.proposed[0])
+                if verdict is not None:
+                    self._drafting_verdict(verdict)
+            if self.metrics is not None:
+                self.metrics.step(k, record)
+                if self.steps % SLOW_TICK_STEPS == 0:
+                    self._slow_metrics(batch_size)
+        except Exception:
+            self.trip("metrics")
         return record
 
     def step_done(

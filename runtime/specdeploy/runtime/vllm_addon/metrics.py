@@ -135,6 +135,13 @@ class AddonMetrics:
             p,
             registry=r,
         )
+        self.faults = Counter(
+            "specdeploy_addon_faults",
+            "Add-on faults outside the policy, by where; the first one switches the add-on off "
+            "(vLLM's own schedule until the pod restarts)",
+            [*p, "where"],
+            registry=r,
+        )
         self.exploration_steps = Counter(
             "specdeploy_exploration_steps",
             "Steps run at a K other than the policy's best, to learn",
@@ -175,6 +182,9 @@ class AddonMetrics:
 
     def policy_failed(self) -> None:
         self.policy_errors.labels(self.pool).inc()
+
+    def fault(self, where: str) -> None:
+        self.faults.labels(self.pool, where).inc()
 
     def explored(self, steps: int) -> None:
         if steps > 0:

@@ -13,6 +13,7 @@ new profile's prior (a new table usually comes from a new profile).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -28,6 +29,9 @@ from specdeploy.runtime.vllm_addon.table_source import (
 
 Signature = tuple[tuple[int, int, int] | None, ...]
 Loader = Callable[[bytes, bytes | None], LoadedTable]
+
+
+log = logging.getLogger("specdeploy.addon")
 
 
 def signature(paths: tuple[Path, ...]) -> Signature:
@@ -88,8 +92,12 @@ class TableWatcher:
         except Exception as err:  # never let a table kill the watcher
             self._on_error(f"{self.table_file}: unexpected {type(err).__name__}: {err}")
             return False
+        try:
+            self._on_table(table)
+        except Exception as err:  # an install bug: keep the table in force, keep watching
+            self._on_error(f"{self.table_file}: installing it raised {type(err).__name__}: {err}")
+            return False
         self._digest = digest
-        self._on_table(table)
         return True
 
     def start(self) -> None:
@@ -105,9 +113,12 @@ class TableWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            if self._on_checked is None:
+            try:
+                if self._on_checked is None:
+                    self.check()
+                    continue
+                started = time.perf_counter_ns()
                 self.check()
-                continue
-            started = time.perf_counter_ns()
-            self.check()
-            self._on_checked(time.perf_counter_ns() - started)
+                self._on_checked(time.perf_counter_ns() - started)
+            except Exception:  # the thread is the only reloader: it must outlive any bug
+                log.exception("specdeploy: table watcher check failed; still watching")
