@@ -421,6 +421,37 @@ def scenario_missing_table() -> dict[str, Any]:
     return {"trace": trace, "errors": sample(s, "specdeploy_table_reload_errors_total")}
 
 
+def scenario_vllm_moved() -> dict[str, Any]:
+    """A vLLM internal the add-on reads moved (its step reader raises): the engine keeps
+    scheduling on vLLM's own lookup, the fault counted and the add-on off from then on."""
+    from specdeploy.runtime.vllm_addon import scheduler as hooks
+
+    doc = {"policy": "table", "maxK": MAX_K, "schedule": [[1, 2, 3], [3, 8, 0], [9, 16, 0]]}
+    table = write_table("moved", doc)
+    with addon_env(table_file=str(table), allowed_k="all", pool="cpu"):
+        s = build()
+    driver = Driver(s, lambda step, n: n)
+    before = ramp(driver, [6], 4)
+    original = hooks.read_step
+
+    def moved(*_a: Any, **_k: Any) -> Any:
+        raise AttributeError(
+            "'SchedulerOutput' object has no attribute 'scheduled_spec_decode_tokens'"
+        )
+
+    hooks.read_step = moved
+    try:
+        after = ramp(driver, [6, 1], 4)
+    finally:
+        hooks.read_step = original
+    return {
+        "before": before,
+        "after": after,
+        "tripped": s.specdeploy.controller.tripped,
+        "faults": sample(s, "specdeploy_addon_faults_total", where="read_step"),
+    }
+
+
 def scenario_internals() -> dict[str, Any]:
     """What the add-on relies on in vLLM; any False here means vLLM's internals moved."""
     table = write_table("internals", {"policy": "table", "maxK": MAX_K, "schedule": [[1, 16, 2]]})

@@ -145,6 +145,16 @@ def test_a_missing_table_serves_vllms_own_schedule(results: dict[str, Any]) -> N
     assert r["errors"] == 1.0
 
 
+def test_a_moved_vllm_internal_switches_the_add_on_off_not_the_engine(
+    results: dict[str, Any],
+) -> None:
+    r = scenario(results, "vllm_moved")
+    assert ks_by_batch_size(r["before"]) == {6: {0}}, "the add-on's table before the fault"
+    # after it: vLLM's own lookup (VLLM_TABLE: 3 up to 4 requests, 1 above), every step served
+    assert ks_by_batch_size(r["after"], settle=1) == {6: {1}, 1: {3}}
+    assert r["tripped"] == "read_step" and r["faults"] == 1.0
+
+
 def test_vllm_internals_the_add_on_relies_on_have_not_moved(results: dict[str, Any]) -> None:
     r = scenario(results, "internals")
     assert r["lookup_replaced"], "dynamic_sd_lookup is no longer a list the add-on can replace"

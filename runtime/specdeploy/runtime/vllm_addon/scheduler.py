@@ -139,39 +139,58 @@ class _AddonMixin:
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter_ns()
         output = super().schedule(*args, **kwargs)  # type: ignore[misc]
-        if self.specdeploy is not None:
-            timer = self._sd_timer
-            began = time.perf_counter_ns() if timer is not None else 0
-            pending = self._sd_scheduled
-            if len(pending) >= _PENDING_LIMIT:
-                pending.clear()
-            pending[id(output)] = _Scheduled(started, self._sd_last_k)
-            if output.num_scheduled_tokens:
-                self._sd_last_k = int(output.num_spec_tokens_to_schedule)
-            if timer is not None:
-                timer.pending_ns += time.perf_counter_ns() - began
+        addon = self.specdeploy
+        if addon is not None and addon.controller.tripped is None:
+            try:
+                self._specdeploy_scheduled(output, started)
+            except Exception:  # e.g. a vLLM attribute renamed: never the engine's problem
+                addon.controller.trip("schedule")
         return output
 
+    def _specdeploy_scheduled(self, output: Any, started: int) -> None:
+        timer = self._sd_timer
+        began = time.perf_counter_ns() if timer is not None else 0
+        pending = self._sd_scheduled
+        if len(pending) >= _PENDING_LIMIT:
+            pending.clear()
+        pending[id(output)] = _Scheduled(started, self._sd_last_k)
+        if output.num_scheduled_tokens:
+            self._sd_last_k = int(output.num_spec_tokens_to_schedule)
+        if timer is not None:
+            timer.pending_ns += time.perf_counter_ns() - began
+
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        if self.specdeploy is None:
+        addon = self.specdeploy
+        if addon is None or addon.controller.tripped is not None:
             return super().update_from_output(  # type: ignore[misc]
                 scheduler_output, model_runner_output
             )
         timer = self._sd_timer
         began = time.perf_counter_ns() if timer is not None else 0
         scheduled = self._sd_scheduled.pop(id(scheduler_output), None)
-        k_proposed = self._sd_last_k if scheduled is None else scheduled.k_proposed
-        reading = read_step(scheduler_output, model_runner_output, k_proposed)
+        try:
+            k_proposed = self._sd_last_k if scheduled is None else scheduled.k_proposed
+            reading: StepReading | None = read_step(
+                scheduler_output, model_runner_output, k_proposed
+            )
+        except Exception:  # read before super trims the outputs; a shape vLLM changed
+            addon.controller.trip("read_step")
+            reading = None
         read_ns = time.perf_counter_ns() - began if timer is not None else 0
         outputs = super().update_from_output(  # type: ignore[misc]
             scheduler_output, model_runner_output
         )
-        resumed = time.perf_counter_ns() if timer is not None else 0
-        self._specdeploy_step_done(scheduler_output, scheduled, reading)
-        if timer is not None and scheduled is not None:
-            done = time.perf_counter_ns()
-            batch_size = len(scheduler_output.num_scheduled_tokens)
-            timer.end_step(batch_size, read_ns, done - resumed, done - scheduled.started)
+        if reading is None:
+            return outputs
+        try:
+            resumed = time.perf_counter_ns() if timer is not None else 0
+            self._specdeploy_step_done(scheduler_output, scheduled, reading)
+            if timer is not None and scheduled is not None:
+                done = time.perf_counter_ns()
+                batch_size = len(scheduler_output.num_scheduled_tokens)
+                timer.end_step(batch_size, read_ns, done - resumed, done - scheduled.started)
+        except Exception:
+            addon.controller.trip("step_done")
         return outputs
 
     def shutdown(self) -> None:
