@@ -21,7 +21,7 @@ the rest of the operator.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, JsonValue
 
@@ -52,6 +52,8 @@ METHODS_WITHOUT_DRAFT = ("ngram", "suffix")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+MAX_BATCH_SIZE = 4096
+"""A bound on input: vLLM's max_num_seqs goes no higher in any deployment we know of."""
 MAX_POOLS = 16
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
@@ -123,10 +125,20 @@ class SecretKeyRef(WireModel):
 class ModelSpec(WireModel):
     """The target model vLLM serves."""
 
-    name: str = Field(min_length=1, description="Hugging Face id or a path in the image.")
-    revision: str = Field(default="main", min_length=1)
+    name: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=r"^[^-\s]\S*$",
+        description="Hugging Face id or a path in the image (no leading '-': it is vLLM's "
+        "first positional argument, and would be read as a flag).",
+    )
+    revision: str = Field(default="main", min_length=1, max_length=256, pattern=r"^[^-\s]\S*$")
     served_model_name: str | None = Field(
-        default=None, min_length=1, description="The name clients ask for; vLLM's default: name."
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^-\s]\S*$",
+        description="The name clients ask for; vLLM's default: name.",
     )
     dtype: str = Field(default="bfloat16", pattern=r"^(auto|bfloat16|float16|float32)$")
     token_secret_ref: SecretKeyRef | None = Field(
@@ -228,7 +240,7 @@ class ProfilingSpec(WireModel):
         min_length=1,
         description="backend sim: the preset modelled (specdeploy simulate --list-presets).",
     )
-    batch_sizes: tuple[int, ...] = Field(
+    batch_sizes: tuple[Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)], ...] = Field(
         default=DEFAULT_BATCH_SIZES, min_length=1, max_length=64, description="Ascending."
     )
     dataset: str = Field(default="mt-bench", min_length=1)
@@ -276,7 +288,9 @@ class VllmSpec(WireModel):
         min_length=1,
         description="vLLM version in the image; part of the profile fingerprint.",
     )
-    extra_args: tuple[str, ...] = Field(default=(), max_length=64)
+    extra_args: tuple[Annotated[str, Field(min_length=1, max_length=4096)], ...] = Field(
+        default=(), max_length=64
+    )
     pod_annotations: dict[str, str] | None = Field(
         default=None, description="Added to the serving pods."
     )

@@ -32,21 +32,41 @@ from specdeploy.operator.api import (
 
 Predicate = Callable[[SpeculativeDeploymentSpec], Iterator[str]]
 
-# Flags the operator sets itself; extraArgs overriding them would break the pod
-# (a second --speculative-config replaces the table) or its Service and probes.
-MANAGED_FLAGS = (
-    "--speculative-config",
-    "--scheduler-cls",
-    "--port",
-    "--host",
-    "--tensor-parallel-size",
-    "-tp",
-    "--served-model-name",
-    "--revision",
-    "--dtype",
-    "--shutdown-timeout",
-    "--model",
+# Flags the operator sets itself, or that break what it relies on; extraArgs
+# setting them would break the pod (a second --speculative-config replaces the
+# table), its Service and probes (--uds, --headless), or the add-on (data
+# parallelism: ranks choosing K alone could deadlock).
+MANAGED_FLAGS = frozenset(
+    {
+        "--speculative-config",
+        "--scheduler-cls",
+        "--port",
+        "--host",
+        "--uds",
+        "--headless",
+        "--tensor-parallel-size",
+        "-tp",
+        "--data-parallel-size",
+        "-dp",
+        "--served-model-name",
+        "--revision",
+        "--dtype",
+        "--shutdown-timeout",
+        "--model",
+    }
 )
+
+
+def flag_name(arg: str) -> str:
+    """The flag an argument sets, as vLLM's parser reads it: ``--speculative_config.x=1``
+    and ``--Speculative-Config`` are ``--speculative-config`` (vLLM turns ``_`` into ``-``
+    and accepts dotted keys into a JSON flag)."""
+    name = arg.split("=", 1)[0].strip().lower()
+    if name.startswith("--"):
+        name = "--" + name[2:].replace("_", "-").split(".", 1)[0]
+    return name
+
+
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -159,9 +179,9 @@ def sim_preset_missing(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
 
 def extra_args_override_managed_flags(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
     for i, arg in enumerate(spec.vllm.extra_args):
-        flag = arg.split("=", 1)[0]
+        flag = flag_name(arg)
         if flag in MANAGED_FLAGS:
-            yield f"spec.vllm.extraArgs[{i}]: {flag} is set by the operator"
+            yield f"spec.vllm.extraArgs[{i}]: {flag} is set by the operator ({arg[:80]!r})"
 
 
 def drain_longer_than_grace(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
