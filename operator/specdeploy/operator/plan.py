@@ -153,7 +153,8 @@ def _shared_writes(parent: Parent, decision: Decision, observed: Observed) -> li
             requests.extend(_join_shared(parent, manifest, existing))
     for kind in SHARED_KINDS:
         for name, obj in sorted(observed.children.get(kind, {}).items()):
-            if (kind, name) not in wanted and parent.uid in owner_uids(obj):
+            unwanted = (kind, name) not in wanted and (kind, name) not in decision.keep
+            if unwanted and parent.uid in owner_uids(obj):
                 requests.append(_leave_shared(parent, kind, obj))
     return requests
 
