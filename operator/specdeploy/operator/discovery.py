@@ -1,8 +1,11 @@
 """GPU types from the cluster's nodes, as GPU Feature Discovery labels them.
 
 A node counts for GPU type T when its ``nvidia.com/gpu.product`` label is T,
-it reports a positive ``nvidia.com/gpu`` capacity (the device plugin), and it
-matches the deployment's node selector. Readiness and cordoning are ignored on
+it reports a positive ``nvidia.com/gpu`` capacity or allocatable (the device
+plugin), and it matches the deployment's node selector. Either one is
+enough: while the device plugin restarts the kubelet reports allocatable 0
+for a moment with the capacity unchanged, and a pool (its Deployment and
+table) must not be deleted for that (review H2). Readiness and cordoning are ignored on
 purpose: a node in maintenance must not make a pool, and its Deployment,
 disappear. Pure: nodes in, inventory out.
 """
@@ -26,17 +29,19 @@ class GpuNodes:
     total_gpus: int
 
 
+def _count(status: Mapping[str, Any], field: str) -> int:
+    value = (status.get(field) or {}).get(GPU_RESOURCE)
+    try:
+        return max(0, int(str(value))) if value is not None else 0
+    except ValueError:
+        return 0
+
+
 def _gpus(node: Mapping[str, Any]) -> int:
-    """GPUs the node offers (allocatable, else capacity); 0 when unreadable."""
+    """GPUs the node offers: allocatable, or capacity while allocatable reads 0 (a device
+    plugin restarting); 0 when neither is readable or positive."""
     status = node.get("status") or {}
-    for field in ("allocatable", "capacity"):
-        value = (status.get(field) or {}).get(GPU_RESOURCE)
-        if value is not None:
-            try:
-                return max(0, int(str(value)))
-            except ValueError:
-                return 0
-    return 0
+    return _count(status, "allocatable") or _count(status, "capacity")
 
 
 def matches_selector(labels: Mapping[str, str], selector: Mapping[str, str] | None) -> bool:
