@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from vllm.config import (
@@ -432,18 +433,14 @@ def scenario_vllm_moved() -> dict[str, Any]:
         s = build()
     driver = Driver(s, lambda step, n: n)
     before = ramp(driver, [6], 4)
-    original = hooks.read_step
 
     def moved(*_a: Any, **_k: Any) -> Any:
         raise AttributeError(
             "'SchedulerOutput' object has no attribute 'scheduled_spec_decode_tokens'"
         )
 
-    hooks.read_step = moved
-    try:
+    with mock.patch.object(hooks, "read_step", moved):  # the hooks' own binding
         after = ramp(driver, [6, 1], 4)
-    finally:
-        hooks.read_step = original
     return {
         "before": before,
         "after": after,
