@@ -160,6 +160,36 @@ def node_selector_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
             yield f"spec.nodeSelector[{key}]: {value!r} is not a valid label value"
 
 
+def annotations_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    """Pod annotations the API server would refuse on the children (review H4): keys are
+    qualified names, as label keys; values at most 256 KiB together."""
+    for field, given in (
+        ("spec.vllm.podAnnotations", spec.vllm.pod_annotations),
+        ("spec.profiling.podAnnotations", spec.profiling.pod_annotations),
+    ):
+        for key in given or {}:
+            prefix, _, name = key.rpartition("/")
+            if not _LABEL_KEY.match(key) or len(prefix) > 253 or len(name) > 63:
+                yield f"{field}: {key!r} is not a valid annotation key"
+        total = sum(len(k) + len(v) for k, v in (given or {}).items())
+        if total > 256 * 1024:
+            yield f"{field}: {total} bytes, more than the API server's 256 KiB for annotations"
+
+
+def tolerations_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    """Tolerations the API server would refuse on the children (review H4)."""
+    for i, t in enumerate(spec.tolerations or ()):
+        where = f"spec.tolerations[{i}]"
+        if t.toleration_seconds is not None and t.effect != "NoExecute":
+            yield f"{where}.tolerationSeconds: only with effect NoExecute"
+        if t.operator == "Exists" and t.value:
+            yield f"{where}.value: must be empty when operator is Exists"
+        if not t.key and t.operator != "Exists":
+            yield f"{where}.key: required unless operator is Exists"
+        if t.key and not _LABEL_KEY.match(t.key):
+            yield f"{where}.key: {t.key!r} is not a valid label key"
+
+
 def batch_sizes_unordered(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
     sizes = spec.profiling.batch_sizes
     for i, size in enumerate(sizes):
@@ -203,6 +233,8 @@ PREDICATES: tuple[Predicate, ...] = (
     pool_excluded_by_node_selector,
     node_selector_malformed,
     batch_sizes_unordered,
+    annotations_malformed,
+    tolerations_malformed,
     sim_preset_missing,
     extra_args_override_managed_flags,
     drain_longer_than_grace,

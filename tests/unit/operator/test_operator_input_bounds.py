@@ -72,3 +72,54 @@ def test_unbounded_or_flag_like_input_is_refused_naming_the_field(
     verdict = validate(with_change(path, value))
     assert not verdict.valid
     assert any(field in p.message for p in verdict.problems), verdict.problems
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("vllm.podAnnotations", {"not a valid key!": "x"}, "spec.vllm.podAnnotations"),
+        ("profiling.podAnnotations", {"-bad": "x"}, "spec.profiling.podAnnotations"),
+        (
+            "tolerations",
+            [{"key": "gpu", "effect": "NoSchedule", "tolerationSeconds": 30}],
+            "spec.tolerations[0].tolerationSeconds",
+        ),
+        (
+            "tolerations",
+            [{"operator": "Exists", "key": "k", "value": "v"}],
+            "spec.tolerations[0].value",
+        ),
+        ("tolerations", [{"effect": "NoSchedule"}], "spec.tolerations[0].key"),
+    ],
+    ids=[
+        "bad-pod-annotation",
+        "bad-profiler-annotation",
+        "seconds-not-NoExecute",
+        "exists-with-value",
+        "empty-key-equal",
+    ],
+)
+def test_children_the_api_server_would_refuse_are_refused_first(
+    path: str, value: Any, field: str
+) -> None:
+    """Review H4: these passed admission and validation, and the API server then refused
+    the children (422), which blocked the deployment's other writes."""
+    verdict = validate(with_change(path, value))
+    assert not verdict.valid
+    assert any(field in p.message for p in verdict.problems), verdict.problems
+
+
+def test_ordinary_annotations_and_tolerations_pass() -> None:
+    spec = with_change("vllm.podAnnotations", {"sidecar.istio.io/inject": "false"})
+    spec["tolerations"] = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {
+            "key": "k",
+            "operator": "Equal",
+            "value": "v",
+            "effect": "NoExecute",
+            "tolerationSeconds": 5,
+        },
+        {"operator": "Exists"},
+    ]
+    assert validate(spec).valid, validate(spec).problems
