@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -58,6 +59,8 @@ class Reconciler:
     config: Config = DEFAULT_CONFIG
     clock: Clock = utc_now
     retry_seconds: float = 5.0
+    """The first retry's delay after a failure; doubled per consecutive failure."""
+    retry_max_seconds: float = 300.0
     namespaces: tuple[str, ...] = ()
     """Watched namespaces; empty: all."""
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
@@ -70,6 +73,8 @@ class Reconciler:
     _nodes: dict[str, Hashable] = field(default_factory=dict)
     _sweep_pending: bool = False
     _reports: dict[Key, TelemetryReport] = field(default_factory=dict)
+    _failures: dict[Key, int] = field(default_factory=dict)
+    """Consecutive failed reconciles per deployment (its backoff; cleared on success)."""
     """The telemetry loop's latest interval per deployment, until a reconcile used it."""
 
     async def deliver(self, namespace: str, name: str, report: TelemetryReport) -> None:
@@ -99,22 +104,37 @@ class Reconciler:
                 telemetry=report,
             )
             self.metrics.reconciled(Outcome.OK, self.monotonic() - started)
+            self._failures.pop(key, None)
             return
         except k8s.RetryLater as err:
             self.metrics.reconciled(Outcome.RETRY, self.monotonic() - started)
             log.info("%s/%s: stale view (%s); deciding again", *key, err)
             delay = 0.5
+        except k8s.ChildrenRefused as err:
+            self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
+            delay = self._backoff(key)
+            log.warning("%s/%s: refused: %s; retrying in %.0fs", *key, err, delay)
         except RETRIED as err:
             self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
-            log.warning("%s/%s: reconcile failed: %s", *key, err)
-            delay = self.retry_seconds
+            delay = self._backoff(key)
+            log.warning("%s/%s: reconcile failed: %s; retrying in %.0fs", *key, err, delay)
         except Exception:
-            # A bug: kopf logs it and the next event or resync tries again.
+            # A bug, or a failure no one listed (a truncated body, a decode error): kopf's
+            # event handlers would drop it (review H1), so it is retried here, backing off.
             self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
-            raise
+            delay = self._backoff(key)
+            log.exception("%s/%s: reconcile raised; retrying in %.0fs", *key, delay)
         if report is not None:
             self._reports.setdefault(key, report)  # the retry still has this interval
         self._retry_later(key, delay)
+
+    def _backoff(self, key: Key) -> float:
+        """retry_seconds doubled per consecutive failure, at most retry_max_seconds, with
+        up to 10% jitter so that a fleet's retries after an outage do not arrive together
+        (review M10: a fixed 5 s forever)."""
+        failures = self._failures[key] = self._failures.get(key, 0) + 1
+        base = min(self.retry_max_seconds, self.retry_seconds * 2 ** (failures - 1))
+        return float(base * (1.0 + 0.1 * random.random()))
 
     def _retry_later(self, key: Key, delay: float) -> None:
         if key in self._retrying:

@@ -36,6 +36,7 @@ __all__ = [
     "TRANSPORT_ERRORS",
     "Api",
     "ApiError",
+    "ChildrenRefused",
     "Client",
     "Credentials",
     "RetryLater",
@@ -46,6 +47,7 @@ __all__ = [
     "list_items",
     "owners_of",
     "send",
+    "send_each",
 ]
 
 Obj = dict[str, Any]
@@ -119,6 +121,36 @@ def list_deployments(api: Api, namespace: str | None = None) -> list[tuple[str, 
 
 class RetryLater(Exception):
     """Someone else changed an object between our read and our write: decide again."""
+
+
+REFUSED_STATUSES = frozenset({400, 403, 404, 422})
+"""The API server refused this one write on its merits (invalid, forbidden, gone): the
+others of the reconcile still go, and the deployment's status says which was refused."""
+
+
+class ChildrenRefused(Exception):
+    """Some children were refused; the status says so, the reconcile retries with backoff."""
+
+    def __init__(self, refused: list[tuple[Request, ApiError]]) -> None:
+        self.refused = refused
+        super().__init__("; ".join(f"{r.what}: {e.status}" for r, e in refused))
+
+
+def send_each(api: Api, requests: Iterable[Request]) -> list[tuple[Request, ApiError]]:
+    """Send every request; the ones the API server refused on their merits (review H4).
+
+    A stale view (a conflict, a failed JSON-patch test) raises RetryLater at once, and a
+    server or transport failure raises too: those say nothing about one write alone.
+    """
+    refused: list[tuple[Request, ApiError]] = []
+    for req in requests:
+        try:
+            send(api, [req])
+        except ApiError as err:
+            if err.status not in REFUSED_STATUSES:
+                raise
+            refused.append((req, err))
+    return refused
 
 
 def send(api: Api, requests: Iterable[Request]) -> int:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from specdeploy.operator import k8s
+from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
-from specdeploy.operator.plan import plan
+from specdeploy.operator.plan import event_write, plan_children, status_write
+from specdeploy.operator.status import APPLIED, EventSpec, with_refusals
 from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.runtime.kube.requests import Request
 
@@ -52,15 +55,37 @@ def reconcile_once(
         return Result((), None)  # garbage collection removes the children
     now = clock()
     decision = decide(body, observed, now=now, config=config)
-    requests = plan(body, decision, observed, now=now)
-    for req in requests:
+    children = plan_children(body, decision, observed)
+    for req in children:
         log.info("%s/%s: %s", namespace, name, req.what)
-    k8s.send(api, requests)
+    refused = k8s.send_each(api, children)
+    status, events = decision.status, list(decision.events)
+    if refused:
+        # Every other write went; the status says which were refused and why (review H4).
+        generation = int(body["metadata"].get("generation") or 1)
+        status = with_refusals(status, [(r.what, e.message) for r, e in refused], now, generation)
+        events.append(EventSpec("Warning", "ChildRefused", status_message(status)))
+    rest = [
+        *status_write(body, status),
+        *(event_write(Parent.of(body), e, now=now) for e in events),
+    ]
+    for req in rest:
+        log.info("%s/%s: %s", namespace, name, req.what)
+    k8s.send(api, rest)
+    requests = (*children, *rest)
     log.debug(
         "%s/%s: reconciled, %d request(s), phase %s",
         namespace,
         name,
         len(requests),
-        decision.status.get("phase"),
+        status.get("phase"),
     )
-    return Result(tuple(requests), decision.status.get("phase"))
+    if refused:
+        raise k8s.ChildrenRefused(refused)
+    return Result(tuple(requests), status.get("phase"))
+
+
+def status_message(status: Mapping[str, Any]) -> str:
+    """The refusal condition's message, for the Warning event."""
+    found = [c for c in status.get("conditions") or [] if c.get("type") == APPLIED]
+    return str(found[0].get("message", "")) if found else "a child write was refused"

@@ -286,3 +286,28 @@ def transition_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> 
         events.extend(_live_events(old_pools, gpu, pool))
     events.extend(_condition_events(old, new))
     return events
+
+
+APPLIED = "Applied"
+REFUSAL_MESSAGE_LIMIT = 1024
+
+
+def with_refusals(
+    status: Mapping[str, Any],
+    refused: Sequence[tuple[str, str]],
+    now: str,
+    generation: int,
+) -> dict[str, Any]:
+    """``status`` with the writes the API server refused (what, its message): phase
+    Degraded and ``Applied=False`` (reason ``ChildRefused``) naming each (review H4)."""
+    message = "; ".join(f"{what}: {why}" for what, why in refused)[:REFUSAL_MESSAGE_LIMIT]
+    condition = _cond(APPLIED, False, "ChildRefused", message)
+    old = [c for c in status.get("conditions") or [] if c.get("type") == APPLIED]
+    merged = merge_conditions(old, [condition], now=now, generation=generation)
+    others = [c for c in status.get("conditions") or [] if c.get("type") != APPLIED]
+    return {
+        **status,
+        "phase": Phase.DEGRADED.value,
+        "conditions": others
+        + [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in merged],
+    }
