@@ -7,6 +7,8 @@ and the same write retried every 5 s forever.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from typing import Any
 
 import pytest
@@ -51,10 +53,8 @@ def test_a_refused_child_leaves_the_other_pools_written_and_the_status_saying_wh
     api.objects = base.objects
     two_pools(api)
     for _ in range(3):
-        try:
+        with contextlib.suppress(k8s.ChildrenRefused):
             reconcile_once(api, NS, "llama-8b-chat", clock=lambda: NOW)
-        except k8s.ChildrenRefused:
-            pass
         finish_profiling(api)
     with pytest.raises(k8s.ChildrenRefused) as refused:
         reconcile_once(api, NS, "llama-8b-chat", clock=lambda: NOW)
@@ -73,6 +73,6 @@ def test_retries_back_off_per_deployment_and_reset_on_success() -> None:
     key = (NS, "x")
     delays = [r._backoff(key) for _ in range(6)]
     assert 5.0 <= delays[0] <= 5.5 and 10.0 <= delays[1] <= 11.0
-    assert all(b >= a * 0.9 for a, b in zip(delays, delays[1:], strict=False))
+    assert all(b >= a * 0.9 for a, b in itertools.pairwise(delays))
     assert 60.0 <= delays[-1] <= 66.0, "capped"
     assert r._backoff((NS, "other")) <= 5.5, "per deployment"
