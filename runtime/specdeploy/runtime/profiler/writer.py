@@ -15,6 +15,14 @@ any GPU time is spent, so missing RBAC fails in seconds, not after the
 profile. Refusals that a retry cannot fix (401, 403, 404: the CRD is not
 installed, 422: invalid) are deterministic; 429, 5xx and unreachable
 servers are transient.
+
+The final write is the one that must not lose hours of measurement (review
+H5): ``write`` keeps trying for ``patience`` seconds (default 10 minutes),
+backing off from 1 s to 30 s, through an unreachable or overloaded server
+and through 401/403 too - the access check passed before any measuring, so
+a refusal of our identity now is a token rotation or an API server still
+starting, not missing RBAC. Only answers about the document itself (400,
+404, 405, 422) fail at once.
 """
 
 from __future__ import annotations
@@ -36,11 +44,17 @@ from specdeploy.runtime.profile import (
     dump_profile,
     save_profile,
 )
-from specdeploy.runtime.profiler.exit_codes import output_rejected
+from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, output_rejected
 
 VERBS = ("create", "get", "update")
 DETERMINISTIC_STATUSES = frozenset({400, 401, 403, 404, 405, 422})
+IDENTITY_STATUSES = frozenset({401, 403})
+"""Refusals of who we are: deterministic before measuring, worth waiting out after it."""
 RETRIES = 4
+PATIENCE_S = 600.0
+"""How long the final write keeps trying through transient failures."""
+PATIENT_DELAYS = (1.0, 30.0)
+"""First and largest pause between the final write's tries (doubling)."""
 
 
 class KubeUnavailable(RuntimeError):
@@ -124,11 +138,17 @@ class ApiWriter:
         *,
         name: str | None = None,
         sleep: Callable[[float], None] | None = None,
+        patience: float = PATIENCE_S,
+        clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
         self.sleep = sleep or (lambda seconds: time.sleep(seconds))
+        self.patience = patience
+        self.clock = clock
+        self.log = log or (lambda line: print(f"specdeploy profile: {line}", file=sys.stderr))
 
     def check_access(self) -> None:
         """Fail now, deterministically, when RBAC would refuse the write later."""
@@ -147,6 +167,31 @@ class ApiWriter:
             )
 
     def write(self, doc: SpeculationProfile) -> str:
+        """``write_once``, tried again through transient failures for ``patience`` seconds."""
+        deadline = self.clock() + self.patience
+        delay, largest = PATIENT_DELAYS
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return self.write_once(doc)
+            except KubeUnavailable as err:
+                problem = str(err)
+            except DeterministicFailure as err:
+                if self._last_status not in IDENTITY_STATUSES:
+                    raise
+                problem = err.reason
+            if self.clock() + delay > deadline:
+                raise KubeUnavailable(
+                    f"gave up writing the profile after {tries} tries over "
+                    f"{self.patience:.0f}s: {problem}"
+                )
+            self.log(f"writing the profile failed ({problem}); trying again in {delay:.0f}s")
+            self.sleep(delay)
+            delay = min(largest, delay * 2)
+
+    def write_once(self, doc: SpeculationProfile) -> str:
+        """Create or replace once (the module docstring)."""
         body = doc.to_document()
         body.pop("status", None)
         name = self.name or body["metadata"].get("name")
@@ -204,9 +249,13 @@ class ApiWriter:
             delay *= 2
         raise AssertionError("unreachable")
 
+    _last_status: int | None = None
+    """The status of the last refusal ``_raise_if_refused`` raised for."""
+
     def _raise_if_refused(self, response: Response, what: str) -> None:
         if response.ok:
             return
+        self._last_status = response.status
         if response.status in DETERMINISTIC_STATUSES:
             hint = " (is the SpeculationProfile CRD installed?)" if response.status == 404 else ""
             raise output_rejected(f"{what}: {response.message()}{hint}")
