@@ -21,7 +21,12 @@ Ref = tuple[str, str]
 def is_subset(wanted: Any, actual: Any) -> bool:
     """Whether everything in ``wanted`` is in ``actual`` (the server may add defaults).
 
-    Mappings: each wanted key present with a subset value. Lists: same length,
+    Mappings: each wanted key present with a subset value. Lists of named items
+    (containers, volumes, env, ports: lists the API merges by name): each wanted
+    item present by name with a subset value, whatever else is there - a mutating
+    admission webhook's sidecar, or another field manager's env, is theirs under
+    server-side apply, not a change to undo (review M3: such a pool stayed
+    RollingOut, re-applied on every reconcile). Other lists: same length,
     element-wise subsets (the server defaults fields inside list items but never
     adds items). Scalars: equal.
     """
@@ -29,6 +34,9 @@ def is_subset(wanted: Any, actual: Any) -> bool:
         return isinstance(actual, Mapping) and all(
             k in actual and is_subset(v, actual[k]) for k, v in wanted.items()
         )
+    if _named_items(wanted) and _named_items(actual):
+        by_name = {item["name"]: item for item in actual}
+        return all(w["name"] in by_name and is_subset(w, by_name[w["name"]]) for w in wanted)
     if isinstance(wanted, Sequence) and not isinstance(wanted, str):
         return (
             isinstance(actual, Sequence)
@@ -37,6 +45,16 @@ def is_subset(wanted: Any, actual: Any) -> bool:
             and all(is_subset(w, a) for w, a in zip(wanted, actual, strict=True))
         )
     return bool(wanted == actual)
+
+
+def _named_items(value: Any) -> bool:
+    """A non-empty list whose items are all mappings with a ``name`` (a list map by name)."""
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and bool(value)
+        and all(isinstance(item, Mapping) and "name" in item for item in value)
+    )
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
