@@ -110,6 +110,24 @@ def gather(api: Api, namespace: str, name: str) -> tuple[Obj | None, Observed]:
     return body, observed
 
 
+def unlisted(
+    api: Api, namespace: str, refs: Iterable[tuple[str, str]]
+) -> dict[str, dict[str, Obj]]:
+    """Objects with the names of ``refs`` that exist without the managed-by label.
+
+    ``gather`` lists children by the operator's label, so an unlabelled object
+    with a wanted name is invisible to it, and a server-side apply would take it
+    over (review M4). Asked only for wanted children ``gather`` did not see: one
+    GET each, on creation.
+    """
+    found: dict[str, dict[str, Obj]] = {}
+    for kind, name in refs:
+        obj = get_or_none(api, paths.path(kind, namespace, name))
+        if obj is not None:
+            found.setdefault(kind, {})[name] = {"kind": kind, **obj}
+    return found
+
+
 def list_deployments(api: Api, namespace: str | None = None) -> list[tuple[str, str]]:
     """(namespace, name) of every SpeculativeDeployment (in one namespace, or all)."""
     items = list_items(api, paths.path(KIND, namespace))

@@ -17,6 +17,7 @@ from typing import Any
 from specdeploy.operator import k8s
 from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
+from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.plan import event_write, plan_children, status_write
 from specdeploy.operator.status import APPLIED, EventSpec, with_refusals
 from specdeploy.operator.telemetry.window import TelemetryReport
@@ -55,6 +56,17 @@ def reconcile_once(
         return Result((), None)  # garbage collection removes the children
     now = clock()
     decision = decide(body, observed, now=now, config=config)
+    unseen = [
+        ref_of(m) for m in (*decision.owned, *decision.shared) if observed.child(*ref_of(m)) is None
+    ]
+    foreign = k8s.unlisted(api, namespace, unseen) if unseen else {}
+    if foreign:  # names taken by objects not labelled ours: decide again seeing them
+        merged = {
+            k: {**observed.children.get(k, {}), **foreign.get(k, {})}
+            for k in {*observed.children, *foreign}
+        }
+        observed = replace(observed, children=merged)
+        decision = decide(body, observed, now=now, config=config)
     children = plan_children(body, decision, observed)
     for req in children:
         log.info("%s/%s: %s", namespace, name, req.what)
