@@ -47,7 +47,15 @@ from specdeploy.operator.builders.common import (
     metadata,
     parent_labels,
 )
-from specdeploy.operator.builders.pod import hf_token_env, scheduling
+from specdeploy.operator.builders.pod import (
+    CACHE_MOUNT,
+    CACHE_VOLUME,
+    cache_env,
+    container_security,
+    hf_token_env,
+    pod_security,
+    scheduling,
+)
 from specdeploy.runtime.contract import SCHEDULER_CLS, TABLE_FILE, PodEnv
 
 CONTAINER = "vllm"
@@ -136,7 +144,7 @@ def _env(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> list[dict[str, o
         env.append({"name": PodEnv.PROFILE.value, "value": pool.profile})
     if pool.schedule is not None:
         env.append({"name": PodEnv.ALLOWED_K.value, "value": allowed_k(spec.speculation.max_k)})
-    return [*env, *hf_token_env(spec)]
+    return [*env, *cache_env(), *hf_token_env(spec)]
 
 
 def allowed_k(max_k: int) -> str:
@@ -173,7 +181,9 @@ def _container(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, 
         "volumeMounts": [
             {"name": "table", "mountPath": TABLE_DIR, "readOnly": True},
             {"name": "dshm", "mountPath": "/dev/shm"},
+            CACHE_MOUNT,
         ],
+        "securityContext": container_security(),
     }
 
 
@@ -181,9 +191,13 @@ def _pod_spec(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, o
     return {
         "containers": [_container(spec, pool)],
         "terminationGracePeriodSeconds": spec.vllm.termination_grace_period_seconds,
+        # vLLM needs no API access: no token in the pod (review M8)
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security(),
         "volumes": [
             {"name": "table", "configMap": {"name": pool.configmap}},
             {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            CACHE_VOLUME,
         ],
         **scheduling(spec, {GPU_PRODUCT_LABEL: pool.gpu_type}),
     }

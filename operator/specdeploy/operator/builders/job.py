@@ -30,7 +30,15 @@ from specdeploy.operator.builders.common import (
     PROFILING,
     Manifest,
 )
-from specdeploy.operator.builders.pod import hf_token_env, scheduling
+from specdeploy.operator.builders.pod import (
+    CACHE_MOUNT,
+    CACHE_VOLUME,
+    cache_env,
+    container_security,
+    hf_token_env,
+    pod_security,
+    scheduling,
+)
 from specdeploy.operator.naming import PROFILER_ACCOUNT, label_value
 from specdeploy.runtime.profile import Fingerprint
 from specdeploy.runtime.profiler.job_contract import (
@@ -125,6 +133,7 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
         # The standard path, named explicitly: where a kubelet stand-in runs the pod
         # locally it rewrites mount paths in env values to the local copies.
         {"name": ENV_SA_DIR, "value": str(SERVICEACCOUNT_DIR)},
+        *cache_env(),
         *hf_token_env(spec),
     ]
     return {
@@ -135,6 +144,8 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
         "env": env,
         "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [CACHE_MOUNT],
+        "securityContext": container_security(),
     }
 
 
@@ -151,7 +162,9 @@ def profiling_job(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> Manifes
     pod_spec: dict[str, object] = {
         "restartPolicy": "Never",
         "serviceAccountName": PROFILER_ACCOUNT,
+        "securityContext": pod_security(),
         "containers": [_container(spec, job)],
+        "volumes": [CACHE_VOLUME],
         **scheduling(spec, {GPU_PRODUCT_LABEL: job.fingerprint.gpu_type}),
     }
     return {
