@@ -5,8 +5,12 @@ that name is reused (``profiling.mode: auto``) and handed to serving; else
 one profiling Job per fingerprint is wanted, shared by every deployment with
 that fingerprint and named after it, so nothing is profiled twice at once.
 While the Job runs, fails or is missing its profile, the pool waits and the
-previous Deployment, if any, keeps serving untouched. A failed Job is kept
-(and so not re-created): a deterministic failure would fail again. Pure.
+previous Deployment, if any, keeps serving untouched. A Job that failed
+deterministically (the profiler's exit code says a retry cannot help) is
+kept, and so not re-created. One that failed for any other reason (its
+deadline passed while its pod waited for a node, exit 1 ``backoffLimit``
+times: review M7) is tried again as a new Job, ``TRANSIENT_ATTEMPTS`` times
+in all, before the pool is Failed. Pure.
 """
 
 from __future__ import annotations
@@ -107,8 +111,15 @@ def _waiting(ctx: Context, pool: Pool, wait: _Wait) -> PoolPlan:
     return PoolPlan(PoolOutcome(status, wait.profiling), keep=keep, shared=wait.shared)
 
 
-def _job_outcome(ctx: Context, pool: Pool, job: ProfilingJob, state: JobState | None) -> PoolPlan:
-    """The pool while its profiling Job is wanted: running, failed, or oddly finished."""
+def _job_outcome(
+    ctx: Context,
+    pool: Pool,
+    job: ProfilingJob,
+    state: JobState | None,
+    failed_before: list[str] | None = None,
+) -> PoolPlan:
+    """The pool while its profiling Job is wanted: running, failed, or oddly finished
+    (``failed_before``: why the earlier attempts failed, for the message)."""
     name = job.job_name
     if state is None or state.phase is JobPhase.RUNNING:
         message = (
@@ -126,12 +137,20 @@ def _job_outcome(ctx: Context, pool: Pool, job: ProfilingJob, state: JobState | 
             f"{job.profile_name} is missing (delete the Job to profile again)"
         )
         phase, profiling = Phase.FAILED, Profiling.FAILED
+    if failed_before:
+        attempts = f"attempt {len(failed_before) + 1} of {TRANSIENT_ATTEMPTS}"
+        message = f"{message} ({attempts}; before: {'; '.join(failed_before)})"[:1024]
     shared = _profiling_children(ctx, job)
     return _waiting(ctx, pool, _Wait(phase, message, profiling, job.profile_name, name, shared))
 
 
-def _job_for(ctx: Context, pool: Pool, salt: str | None = None) -> ProfilingJob:
-    """The profiling Job this pool's fingerprint calls for (``salt``: a re-profiling's)."""
+TRANSIENT_ATTEMPTS = 3
+"""Profiling Jobs tried for one fingerprint when they fail for a reason a retry can cure."""
+
+
+def _job_for(ctx: Context, pool: Pool, salt: str | None = None, attempt: int = 1) -> ProfilingJob:
+    """The profiling Job this pool's fingerprint calls for (``salt``: a re-profiling's;
+    ``attempt`` > 1: the retry of a Job that failed transiently)."""
     spec = ctx.spec
     fingerprint = pool_fingerprint(
         spec, gpu_type=pool.gpu_type, gpus_per_replica=pool.gpus_per_replica
@@ -140,6 +159,8 @@ def _job_for(ctx: Context, pool: Pool, salt: str | None = None) -> ProfilingJob:
     always = spec.profiling.mode is ProfilingMode.ALWAYS
     if salt is None and always:
         salt = f"{ctx.parent.uid}/{ctx.parent.generation}"
+    if attempt > 1:
+        salt = f"{salt or ''}/attempt-{attempt}"
     return ProfilingJob(
         job_name=job_name(name, salt),
         profile_name=name,
@@ -149,15 +170,34 @@ def _job_for(ctx: Context, pool: Pool, salt: str | None = None) -> ProfilingJob:
     )
 
 
+def _current_attempt(ctx: Context, pool: Pool) -> tuple[ProfilingJob, JobState | None, list[str]]:
+    """The Job of the latest attempt, its state, and why the earlier attempts failed.
+
+    An attempt that failed transiently gives way to the next one, up to
+    ``TRANSIENT_ATTEMPTS``; the last one's state is the pool's.
+    """
+    failed: list[str] = []
+    for attempt in range(1, TRANSIENT_ATTEMPTS + 1):
+        job = _job_for(ctx, pool, attempt=attempt)
+        existing = ctx.observed.child("Job", job.job_name)
+        state = (
+            None
+            if existing is None
+            else job_state(existing, ctx.observed.job_pods.get(job.job_name, ()))
+        )
+        transient = state is not None and state.phase is JobPhase.FAILED and not state.deterministic
+        if not transient or attempt == TRANSIENT_ATTEMPTS:
+            return job, state, failed
+        assert state is not None
+        failed.append(f"{job.job_name}: {state.message}")
+    raise AssertionError("unreachable")
+
+
 def profiled_pool(ctx: Context, pool: Pool) -> PoolPlan:
     """A pool whose policy needs a profiled table (adaptive, table)."""
     spec, observed = ctx.spec, ctx.observed
-    job = _job_for(ctx, pool)
+    job, state, failed_before = _current_attempt(ctx, pool)
     name = job.profile_name
-    existing_job = observed.child("Job", job.job_name)
-    state = None
-    if existing_job is not None:
-        state = job_state(existing_job, observed.job_pods.get(job.job_name, ()))
     stored = observed.profiles.get(name)
     always = spec.profiling.mode is ProfilingMode.ALWAYS
     # mode always: a profile counts only once this generation's Job has written it.
@@ -179,7 +219,7 @@ def profiled_pool(ctx: Context, pool: Pool) -> PoolPlan:
     if spec.profiling.mode is ProfilingMode.NEVER:
         message = f"no SpeculationProfile {name} and spec.profiling.mode is never"
         return _waiting(ctx, pool, _Wait(Phase.PENDING, message, Profiling.MISSING, name))
-    return _job_outcome(ctx, pool, job, state)
+    return _job_outcome(ctx, pool, job, state, failed_before)
 
 
 # --- telemetry: the live table and re-profiling on cost drift -------------------
