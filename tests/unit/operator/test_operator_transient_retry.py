@@ -7,6 +7,7 @@ pool was Failed until someone deleted the Job by hand.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from specdeploy.operator.decide import decide
@@ -25,7 +26,7 @@ from tests.unit.operator.test_operator_reconcile import (
 )
 
 
-def failed(job: dict[str, Any], reason: str) -> dict[str, Any]:
+def failed(job: Mapping[str, Any], reason: str) -> dict[str, Any]:
     failed_job = dict(job)
     failed_job["status"] = {
         "failed": 1,
