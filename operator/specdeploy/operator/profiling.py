@@ -53,6 +53,12 @@ def usable_schedule(
     if view.document is None:
         return None, f"SpeculationProfile {name} is invalid: " + "; ".join(view.problems)
     document = view.document
+    claimed = document.spec.fingerprint.profile_name()
+    if claimed != name:  # review M12: a profile stands only for the fingerprint it names
+        return None, (
+            f"SpeculationProfile {name} holds the fingerprint of {claimed} (edited by hand, or "
+            "written by another tool): not used; delete it to profile again"
+        )
     schedule = document.spec.schedule
     ranges = tuple(schedule) if schedule is not None else tuple(derive_schedule(document.spec))
     max_k = ctx.spec.speculation.max_k

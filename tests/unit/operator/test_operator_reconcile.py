@@ -434,8 +434,7 @@ def test_an_object_of_someone_else_with_a_childs_name_is_not_overwritten() -> No
 def test_a_profile_whose_schedule_exceeds_max_k_is_never_served() -> None:
     body = deployment()
     bad = profile(body, H100)
-    bad["spec"]["schedule"] = [[1, 16, 7], [17, 256, 0]]
-    bad["spec"]["fingerprint"]["maxK"] = 8
+    bad["spec"]["schedule"] = [[1, 16, 7], [17, 256, 0]]  # K above the fingerprint's maxK
     decision = decide(body, observed(profiles=(bad,), nodes=(node("h1", H100),)), now=NOW)
     assert not any(m["kind"] == "Deployment" for m in decision.owned)
     assert pool_status(decision, H100)["state"] == "Failed"

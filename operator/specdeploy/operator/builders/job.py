@@ -43,6 +43,7 @@ from specdeploy.operator.naming import PROFILER_ACCOUNT, label_value
 from specdeploy.runtime.profile import Fingerprint
 from specdeploy.runtime.profiler.job_contract import (
     DETERMINISTIC_EXIT_CODES,
+    ENV_FINGERPRINT,
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_SA_DIR,
@@ -130,6 +131,10 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
     env: list[dict[str, object]] = [
         {"name": ENV_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": ENV_NAME, "value": job.profile_name},
+        {
+            "name": ENV_FINGERPRINT,
+            "value": job.fingerprint.model_dump_json(by_alias=True, exclude_none=True),
+        },
         # The standard path, named explicitly: where a kubelet stand-in runs the pod
         # locally it rewrites mount paths in env values to the local copies.
         {"name": ENV_SA_DIR, "value": str(SERVICEACCOUNT_DIR)},

@@ -16,6 +16,7 @@ from specdeploy.runtime.profiler.exit_codes import DETERMINISTIC
 
 __all__ = [
     "DETERMINISTIC_EXIT_CODES",
+    "ENV_FINGERPRINT",
     "ENV_NAME",
     "ENV_NAMESPACE",
     "ENV_SA_DIR",
@@ -26,6 +27,11 @@ ENV_NAME = "SPECDEPLOY_PROFILE_NAME"
 """The SpeculationProfile to write (the operator names it after the fingerprint)."""
 ENV_NAMESPACE = "SPECDEPLOY_PROFILE_NAMESPACE"
 """Where to write it: the Job's own namespace (a downward-API field)."""
+ENV_FINGERPRINT = "SPECDEPLOY_PROFILE_FINGERPRINT"
+"""The fingerprint the operator names the profile after (JSON). The ``sim`` backend
+records it as the profile's (a modelled profile of exactly what the pool asked for);
+the ``vllm`` backend records its engine's own, and the operator refuses a profile whose
+fingerprint does not name it (review M12)."""
 ENV_SA_DIR = "SPECDEPLOY_SERVICEACCOUNT_DIR"
 """Where the pod's ServiceAccount token and CA are: the standard path, named
 explicitly so that a kubelet stand-in running the pod locally (e2e/) can

@@ -34,7 +34,7 @@ from specdeploy.runtime.profiler.datasets import dataset_label, load_conversatio
 from specdeploy.runtime.profiler.document import SEARCH_ANNOTATION, build_profile
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure, ExitCode, invalid_arguments
 from specdeploy.runtime.profiler.grid import Grid
-from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE
+from specdeploy.runtime.profiler.job_contract import ENV_FINGERPRINT, ENV_NAME, ENV_NAMESPACE
 from specdeploy.runtime.profiler.progress import Progress, duration
 from specdeploy.runtime.profiler.sampling import CellStats, Sampling
 from specdeploy.runtime.profiler.search import (
@@ -330,6 +330,14 @@ def execute(
     if options.output.name is None and env.get(ENV_NAME):
         output = dataclasses.replace(options.output, name=env[ENV_NAME])
         options = dataclasses.replace(options, output=output)
+    if options.backend == "sim" and env.get(ENV_FINGERPRINT):
+        # the profile is named after this fingerprint: a modelled one records it as its own
+        try:
+            wanted = Fingerprint.model_validate_json(env[ENV_FINGERPRINT])
+        except ValueError as err:
+            reason = f"invalid arguments: ${ENV_FINGERPRINT}: {err}"
+            return _fail(reason, ExitCode.INVALID_ARGUMENTS, options, err_stream)
+        options = dataclasses.replace(options, emulate=wanted)
     try:
         check_options(options)
         writers = plan_writers(options.output, env)

@@ -249,3 +249,34 @@ def _client(url: str, tmp_path: Path) -> Client:
     client = in_cluster({"SPECDEPLOY_KUBE_API": url, "SPECDEPLOY_KUBE_TOKEN_FILE": str(token)})
     assert client is not None
     return client
+
+
+def test_a_modelled_profile_records_the_fingerprint_the_operator_named_it_by(
+    tmp_path: Path, pod: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review M12: the operator refuses a profile whose fingerprint names another; the
+    sim backend models the preset, but the profile is the pool's, so it carries its key."""
+    from specdeploy.runtime.profile import Fingerprint
+
+    wanted = Fingerprint(
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        method="eagle3",
+        draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        gpu_type="NVIDIA-H100-80GB-HBM3",
+        gpus_per_replica=1,
+        dtype="bfloat16",
+        engine="vllm-sim/seed-dense",
+        engine_version="0.32.0",
+        max_k=5,
+    )
+    monkeypatch.setenv("SPECDEPLOY_PROFILE_FINGERPRINT", wanted.model_dump_json(by_alias=True))
+    assert _profile(tmp_path) == 0
+    stored = Fingerprint.model_validate(pod.objects["p-from-env"]["spec"]["fingerprint"])
+    assert stored == wanted
+
+
+def test_a_malformed_fingerprint_in_the_environment_is_invalid_arguments(
+    tmp_path: Path, pod: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPECDEPLOY_PROFILE_FINGERPRINT", "{not json")
+    assert _profile(tmp_path) == ExitCode.INVALID_ARGUMENTS
