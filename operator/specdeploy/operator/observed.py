@@ -19,7 +19,16 @@ from specdeploy.runtime.profiler.job_contract import DETERMINISTIC_EXIT_CODES
 
 Obj = Mapping[str, Any]
 
-CHILD_KINDS = ("ConfigMap", "Deployment", "Service", "Job", "ServiceAccount", "Role", "RoleBinding")
+CHILD_KINDS = (
+    "ConfigMap",
+    "Deployment",
+    "Service",
+    "Job",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "PodDisruptionBudget",
+)
 
 
 @dataclass(frozen=True)

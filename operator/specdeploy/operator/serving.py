@@ -14,6 +14,7 @@ from specdeploy.operator.api import LiveSource, Phase, Policy, PoolLive, Profile
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.configmap import table_configmap
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
+from specdeploy.operator.builders.disruption import pool_disruption_budget
 from specdeploy.operator.context import Context, PoolPlan, conflict, pool_status
 from specdeploy.operator.manifests import needs_apply, with_applied_hash
 from specdeploy.operator.naming import deployment_name, table_configmap_name
@@ -77,7 +78,8 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         parent, name=cm_name, gpu_type=pool.gpu_type, table=table, profile_spec=profile_spec
     )
     deployment = with_applied_hash(serving_deployment(parent, spec, serving))
-    owned = (with_applied_hash(configmap), deployment)
+    budget = pool_disruption_budget(parent, name=serving.name, gpu_type=pool.gpu_type)
+    owned = (with_applied_hash(configmap), deployment, with_applied_hash(budget))
     verdict = table_in.verdict
     live = table_in.live
     source = None if profile is None else ProfileSource(profile.spec.source.value)

@@ -186,6 +186,8 @@ def test_reuses_a_profile_with_a_matching_fingerprint_and_creates_no_job() -> No
         "ConfigMap",
         "Deployment",
         "Deployment",
+        "PodDisruptionBudget",
+        "PodDisruptionBudget",
         "Service",
     ]
     assert pool_status(decision, H100)["profile"] == expected_profile(body, H100)

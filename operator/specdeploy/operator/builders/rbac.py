@@ -102,6 +102,11 @@ def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
         },
         {
+            "apiGroups": ["policy"],
+            "resources": ["poddisruptionbudgets"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+        },
+        {
             "apiGroups": ["rbac.authorization.k8s.io"],
             "resources": ["roles", "rolebindings"],
             "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
