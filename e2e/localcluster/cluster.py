@@ -23,7 +23,8 @@ import ssl
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ from e2e.localcluster import (
     prometheus,
     stages,
 )
-from e2e.localcluster.binaries import Binaries
+from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.components import Component
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.layout import Layout, Ports, State, StateMismatch
@@ -353,6 +354,19 @@ def start_operator(cluster: Cluster, *, log: Log = print) -> None:
     address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"
     groups = prometheus.operator_target_groups(address)
     prometheus.write_targets(cluster.prometheus_targets, prometheus.OPERATOR_TARGETS, groups)
+
+
+@contextmanager
+def operator_running(cluster: Cluster) -> Iterator[Cluster]:
+    """The repository's CRDs installed and the operator running, stopped (and its scrape
+    target withdrawn) on exit: what every operator test module needs around it."""
+    kubectl = Binaries.for_checkout().path("kubectl")
+    install_crds(kubectl, cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
+    start_operator(cluster, log=lambda _m: None)
+    try:
+        yield cluster
+    finally:
+        stop(cluster, "operator")
 
 
 def start_prometheus(cluster: Cluster, *, log: Log = print) -> None:

@@ -69,6 +69,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,3 +260,21 @@ def render_config(*, targets: Path, self_address: str, interval: str) -> dict[st
 def write_config(path: Path, config: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+
+
+# ---- reading it back (tests and benchmarks) -----------------------------------
+
+
+def api_get(base: str, path: str, timeout: float = 10, **params: str) -> Any:
+    """``data`` of one Prometheus HTTP API answer (``/api/v1/...``); raises on a failure."""
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        reply = json.load(response)
+    if reply.get("status") != "success":
+        raise RuntimeError(f"{url}: {reply}")
+    return reply["data"]
+
+
+def instant_query(base: str, promql: str) -> list[dict[str, Any]]:
+    """The series of an instant query."""
+    return list(api_get(base, "/api/v1/query", query=promql)["result"])

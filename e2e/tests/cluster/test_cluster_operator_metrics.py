@@ -8,16 +8,11 @@ real cluster, the file does here; ``cluster.stop`` withdraws it.
 
 from __future__ import annotations
 
-import json
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from e2e.localcluster import cluster, prometheus
-from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.waiting import wait_for
 
 SCRAPE_WAIT = 30.0
@@ -27,27 +22,12 @@ JOB = 'job="specdeploy-operator"'
 @pytest.fixture
 def operator(local_cluster: cluster.Cluster) -> Iterator[cluster.Cluster]:
     """CRDs installed and the operator running; stopped (and its target withdrawn) after."""
-    kubectl = Binaries.for_checkout().path("kubectl")
-    cluster.install_crds(kubectl, local_cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    cluster.start_operator(local_cluster, log=lambda _m: None)
-    yield local_cluster
-    cluster.stop(local_cluster, "operator")
-
-
-def _api(base: str, path: str, **params: str) -> Any:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        reply = json.load(response)
-    assert reply["status"] == "success", reply
-    return reply["data"]
-
-
-def _series(base: str, query: str) -> list[dict[str, Any]]:
-    return list(_api(base, "/api/v1/query", query=query)["result"])
+    with cluster.operator_running(local_cluster):
+        yield local_cluster
 
 
 def _active_instances(base: str) -> set[str]:
-    active = _api(base, "/api/v1/targets", state="active")["activeTargets"]
+    active = prometheus.api_get(base, "/api/v1/targets", state="active")["activeTargets"]
     return {t["labels"].get("instance", "") for t in active}
 
 
@@ -58,13 +38,13 @@ def test_prometheus_scrapes_the_operators_metrics_and_drops_them_when_it_stops(
     address = f"127.0.0.1:{operator.state.ports.operator_metrics}"
 
     (info,) = wait_for(
-        lambda: _series(base, f"specdeploy_operator_info{{{JOB}}}"),
+        lambda: prometheus.instant_query(base, f"specdeploy_operator_info{{{JOB}}}"),
         what="specdeploy_operator_info through Prometheus",
         timeout=SCRAPE_WAIT,
     )
     families = {
         s["metric"]["__name__"]
-        for s in _series(base, f'{{{JOB}, __name__=~"specdeploy_operator_.+"}}')
+        for s in prometheus.instant_query(base, f'{{{JOB}, __name__=~"specdeploy_operator_.+"}}')
     }
     stopped = cluster.stop(operator, "operator")
     gone = wait_for(

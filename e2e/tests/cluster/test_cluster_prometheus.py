@@ -7,7 +7,6 @@ will, then reads the series back through Prometheus' HTTP API.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 import urllib.parse
@@ -69,25 +68,13 @@ def endpoints(metric: str) -> Iterator[tuple[str, str]]:
             server.server_close()
 
 
-def _api(base: str, path: str, **params: str) -> Any:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        reply = json.load(response)
-    assert reply["status"] == "success", reply
-    return reply["data"]
-
-
-def _series(base: str, query: str) -> list[dict[str, Any]]:
-    return list(_api(base, "/api/v1/query", query=query)["result"])
-
-
 def _series_if(base: str, query: str, *, count: int) -> list[dict[str, Any]] | None:
-    found = _series(base, query)
+    found = prometheus.instant_query(base, query)
     return found if len(found) == count else None
 
 
 def _active_addresses(base: str) -> set[str]:
-    active = _api(base, "/api/v1/targets", state="active")["activeTargets"]
+    active = prometheus.api_get(base, "/api/v1/targets", state="active")["activeTargets"]
     return {t["labels"].get("instance", "") for t in active} | {
         t["discoveredLabels"].get("__address__", "") for t in active
     }
@@ -99,13 +86,13 @@ def test_prometheus_is_ready_and_scrapes_itself(local_cluster: cluster.Cluster) 
         assert response.status == 200
 
     up = wait_for(
-        lambda: _series(base, 'up{job="prometheus"} == 1'),
+        lambda: prometheus.instant_query(base, 'up{job="prometheus"} == 1'),
         what="Prometheus' own up series",
         timeout=SCRAPE_WAIT,
     )
 
     assert up[0]["value"][1] == "1"
-    build = _series(base, "prometheus_build_info")
+    build = prometheus.instant_query(base, "prometheus_build_info")
     assert build and build[0]["metric"]["version"].startswith("3.")
 
 

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from e2e.localcluster import cluster, processes, service_url
-from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.fleet_view import (
     addon_generations,
     load_summary,
@@ -62,11 +61,8 @@ def plain_spec() -> Obj:
 
 @pytest.fixture(scope="module")
 def operator(local_cluster: cluster.Cluster) -> Iterator[cluster.Cluster]:
-    kubectl = Binaries.for_checkout().path("kubectl")
-    cluster.install_crds(kubectl, local_cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    cluster.start_operator(local_cluster, log=lambda _m: None)
-    yield local_cluster
-    cluster.stop(local_cluster, "operator")
+    with cluster.operator_running(local_cluster):
+        yield local_cluster
     if TIMINGS:
         print("\nloop e2e timings (s):", json.dumps(TIMINGS, indent=1))
 

@@ -41,11 +41,8 @@ TIMINGS: dict[str, float] = {}
 @pytest.fixture(scope="module")
 def operator(local_cluster: cluster.Cluster) -> Iterator[cluster.Cluster]:
     """CRDs installed and the operator running (stopped at the end of the module)."""
-    kubectl = Binaries.for_checkout().path("kubectl")
-    cluster.install_crds(kubectl, local_cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    cluster.start_operator(local_cluster, log=lambda _m: None)
-    yield local_cluster
-    cluster.stop(local_cluster, "operator")  # and its scrape target
+    with cluster.operator_running(local_cluster):
+        yield local_cluster
     if TIMINGS:
         print("\noperator e2e timings (s):", json.dumps(TIMINGS, indent=1))
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from e2e.localcluster import cluster, real_vllm, service_url
-from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.emulation import LOCAL_HTTP
 from e2e.localcluster.fleet_view import children, load_summary, start_load
 from e2e.localcluster.kubeapi import KubeApi
+from e2e.localcluster.prometheus import instant_query
 from e2e.localcluster.waiting import wait_for
 from specdeploy.runtime.kube import paths
 
@@ -36,15 +36,12 @@ REAL_GPU, EMULATED_GPU = "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"
 
 @pytest.fixture(scope="module")
 def operator(local_cluster: cluster.Cluster) -> Iterator[cluster.Cluster]:
-    kubectl = Binaries.for_checkout().path("kubectl")
-    cluster.install_crds(kubectl, local_cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    cluster.start_operator(local_cluster, log=lambda _m: None)
-    real_vllm.configure(local_cluster.layout.root, REAL_GPU)
-    try:
-        yield local_cluster
-    finally:
-        real_vllm.configure(local_cluster.layout.root, None)
-        cluster.stop(local_cluster, "operator")
+    with cluster.operator_running(local_cluster):
+        real_vllm.configure(local_cluster.layout.root, REAL_GPU)
+        try:
+            yield local_cluster
+        finally:
+            real_vllm.configure(local_cluster.layout.root, None)
 
 
 def spec() -> Obj:
@@ -59,13 +56,6 @@ def spec() -> Obj:
             "telemetry": {"interval": "10s"},
         },
     }
-
-
-def query(prometheus: str, promql: str) -> list[Obj]:
-    url = f"{prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        result: list[Obj] = json.loads(response.read())["data"]["result"]
-    return result
 
 
 def test_a_pool_on_the_real_engine_serves_and_is_scraped(
@@ -123,8 +113,10 @@ def test_a_pool_on_the_real_engine_serves_and_is_scraped(
     selector = ",".join(f'{k}="{v}"' for k, v in pool.items())
 
     def scraped() -> bool:
-        tokens = query(operator.prometheus_url, f"vllm:generation_tokens_total{{{selector}}}")
-        steps = query(operator.prometheus_url, f"specdeploy_steps_total{{{selector}}}")
+        tokens = instant_query(
+            operator.prometheus_url, f"vllm:generation_tokens_total{{{selector}}}"
+        )
+        steps = instant_query(operator.prometheus_url, f"specdeploy_steps_total{{{selector}}}")
         return bool(tokens) and float(tokens[0]["value"][1]) > 0 and bool(steps)
 
     wait_for(scraped, what="the real engine's and add-on's series in Prometheus", timeout=60)
