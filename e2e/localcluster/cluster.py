@@ -32,6 +32,7 @@ from e2e.localcluster import (
     audit,
     components,
     fleet,
+    identity,
     kubeconfig,
     pki,
     processes,
@@ -210,6 +211,8 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
 def operator_component(layout: Layout, ports: Ports) -> Component:
     """The operator as a local process; its log has one line per reconcile (``--log-level``).
 
+    It logs in as its own ServiceAccount with the ClusterRole it generates
+    (``identity.install`` wrote the kubeconfig), never as the cluster's admin.
     It reads the cluster's Prometheus (``SPECDEPLOY_PROMETHEUS_URL``) for a deployment
     whose spec names none, as an operator installed beside a cluster's Prometheus would.
     """
@@ -218,7 +221,7 @@ def operator_component(layout: Layout, ports: Ports) -> Component:
     argv += [f"--metrics-port={ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
     env = {
-        "KUBECONFIG": str(layout.kubeconfig()),
+        "KUBECONFIG": str(layout.kubeconfig("operator")),
         "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
     }
     return Component("operator", argv, url, "none", env)
@@ -348,7 +351,9 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
 
 
 def start_operator(cluster: Cluster, *, log: Log = print) -> None:
-    """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile."""
+    """Start the operator against ``cluster`` under its own identity (``identity.py``);
+    Prometheus scrapes its ``/metrics`` meanwhile."""
+    identity.install(cluster.api(), cluster.layout, cluster.state.server)
     component = operator_component(cluster.layout, cluster.state.ports)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
     address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"

@@ -63,64 +63,75 @@ def profiler_role_binding(namespace: str) -> Manifest:
     }
 
 
-def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
-    """What the operator itself needs (for the chart): its kinds, children, nodes, events.
+CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
+"""On every kind the operator makes: watched, read, created (a POST, or an apply that
+creates: the API server checks ``create`` inside that PATCH), patched (applies, owner
+joins), deleted when no longer wanted. No ``update``: the operator never PUTs."""
+NAMESPACED_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (GROUP, (PLURAL,), ("get", "list", "watch")),
+    (GROUP, (PROFILE_PLURAL,), ("list", "watch", *PROFILER_VERBS)),
+    (GROUP, (f"{PLURAL}/status", f"{PROFILE_PLURAL}/status"), ("patch",)),
+    (GROUP, (f"{PLURAL}/finalizers",), ("update",)),
+    ("", ("pods",), ("list",)),
+    ("", ("events",), ("create",)),
+    ("", ("configmaps", "serviceaccounts"), CHILD_VERBS),
+    ("", ("services",), tuple(v for v in CHILD_VERBS if v != "delete")),
+    ("apps", ("deployments",), CHILD_VERBS),
+    ("batch", ("jobs",), CHILD_VERBS),
+    ("policy", ("poddisruptionbudgets",), CHILD_VERBS),
+    ("rbac.authorization.k8s.io", ("roles", "rolebindings"), CHILD_VERBS),
+)
+"""What the operator does inside the namespaces it serves, verb by verb (the audit log of
+the e2e suite shows each used, ``e2e/tests/cluster/test_operator_least_privilege.py``):
+its deployments read; profiles listed and watched, and the profiler's own verbs held
+so that it may grant them (RBAC refuses to grant what the granter lacks); status
+patched; ``finalizers`` update, checked by the API server when an owner reference sets
+blockOwnerDeletion; pods listed for the pools' status; Events created. A pool's
+Service lives as long as its deployment (the garbage collector removes it), so the
+operator never deletes one."""
+CLUSTER_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("", ("nodes",), ("list", "watch")),
+    ("apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch")),
+)
+"""Cluster-scoped reads: the GPU nodes discovery counts, and the CRDs kopf scans for
+the resources it watches."""
 
-    It may grant the profiler's permissions because it holds them itself
-    (RBAC forbids escalation), and it sets blockOwnerDeletion, which needs
-    ``update`` on its resources' finalizers.
-    """
-    rules = [
-        {
-            "apiGroups": [GROUP],
-            "resources": [PLURAL, PROFILE_PLURAL],
-            "verbs": ["get", "list", "watch"],
-        },
-        {
-            "apiGroups": [GROUP],
-            "resources": [f"{PLURAL}/status", f"{PROFILE_PLURAL}/status"],
-            "verbs": ["get", "patch", "update"],
-        },
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
-        {"apiGroups": [GROUP], "resources": [PROFILE_PLURAL], "verbs": list(PROFILER_VERBS)},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps", "services", "serviceaccounts"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["apps"],
-            "resources": ["deployments"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["batch"],
-            "resources": ["jobs"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["policy"],
-            "resources": ["poddisruptionbudgets"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["rbac.authorization.k8s.io"],
-            "resources": ["roles", "rolebindings"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["apiextensions.k8s.io"],
-            "resources": ["customresourcedefinitions"],
-            "verbs": ["get", "list", "watch"],
-        },
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+
+def _rules(
+    table: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...],
+) -> list[dict[str, list[str]]]:
+    return [
+        {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+        for group, resources, verbs in table
     ]
+
+
+def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
+    """What the operator needs watching the whole cluster (the chart's default)."""
     return {
         "apiVersion": RBAC_API,
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {MANAGED_BY[0]: MANAGED_BY[1]}},
-        "rules": rules,
+        "rules": _rules(NAMESPACED_RULES + CLUSTER_RULES),
     }
+
+
+def operator_namespaced_roles(namespace: str, name: str = "specdeploy-operator") -> list[Manifest]:
+    """The namespaced mode (``specdeploy operator run --namespace NS``): a Role in ``namespace``
+    for everything the operator does there, and a ClusterRole for the cluster-scoped
+    reads alone (nodes and CRDs cannot be granted by a Role)."""
+    labels = {MANAGED_BY[0]: MANAGED_BY[1]}
+    return [
+        {
+            "apiVersion": RBAC_API,
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "rules": _rules(NAMESPACED_RULES),
+        },
+        {
+            "apiVersion": RBAC_API,
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{name}-cluster-reads", "labels": labels},
+            "rules": _rules(CLUSTER_RULES),
+        },
+    ]
