@@ -54,11 +54,11 @@ def test_the_operator_is_refused_nothing_and_a_pools_removal_uses_each_verb_it_h
         sdep_path(namespace, "llama-8b-chat"), {"spec": {"pools": [{"gpuType": GPU_TYPES[0]}]}}
     )
     for kind in ("Deployment", "ConfigMap", "PodDisruptionBudget"):
-        wait_for(
-            lambda kind=kind: len(children(admin, kind, namespace)) == 1 or None,
-            what=f"the removed pools' {kind}s deleted",
-            timeout=60,
-        )
+
+        def one_left(kind: str = kind) -> bool | None:
+            return len(children(admin, kind, namespace)) == 1 or None
+
+        wait_for(one_left, what=f"the removed pools' {kind}s deleted", timeout=60)
 
     requests = [
         r

@@ -29,8 +29,8 @@ def event(verb: str, resource: str, code: int, *, user: str = USER, **extra: Any
 
 def test_only_the_authorizers_refusals_count_not_an_admission_403(tmp_path: Path) -> None:
     log = tmp_path / "audit.log"
-    forbid = {"annotations": {"authorization.k8s.io/decision": "forbid"}}
-    quota = {"annotations": {"authorization.k8s.io/decision": "allow"}}
+    forbid: dict[str, Any] = {"annotations": {"authorization.k8s.io/decision": "forbid"}}
+    quota: dict[str, Any] = {"annotations": {"authorization.k8s.io/decision": "allow"}}
     log.write_text(
         "\n".join(
             [
