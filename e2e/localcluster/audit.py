@@ -29,7 +29,9 @@ kind: Policy
 omitStages: [RequestReceived]
 rules:
 - level: Metadata
-  users: ["system:serviceaccount:specdeploy-system:specdeploy-operator"]
+  users:
+  - system:serviceaccount:specdeploy-system:specdeploy-operator
+  - system:serviceaccount:specdeploy-system:specdeploy-operator-namespaced
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None

@@ -208,7 +208,7 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
     log(f"dev: installed {len(manifests)} CRD manifest(s) from {crds}")
 
 
-def operator_component(layout: Layout, ports: Ports) -> Component:
+def operator_component(layout: Layout, ports: Ports, watched: str | None = None) -> Component:
     """The operator as a local process; its log has one line per reconcile (``--log-level``).
 
     It logs in as its own ServiceAccount with the ClusterRole it generates
@@ -220,6 +220,8 @@ def operator_component(layout: Layout, ports: Ports) -> Component:
     argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
     argv += [f"--metrics-port={ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
+    if watched is not None:
+        argv.append(f"--namespace={watched}")
     env = {
         "KUBECONFIG": str(layout.kubeconfig("operator")),
         "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
@@ -350,11 +352,12 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
     prometheus.write_config(components.prometheus_config(layout), config)
 
 
-def start_operator(cluster: Cluster, *, log: Log = print) -> None:
+def start_operator(cluster: Cluster, *, log: Log = print, watched: str | None = None) -> None:
     """Start the operator against ``cluster`` under its own identity (``identity.py``);
-    Prometheus scrapes its ``/metrics`` meanwhile."""
-    identity.install(cluster.api(), cluster.layout, cluster.state.server)
-    component = operator_component(cluster.layout, cluster.state.ports)
+    Prometheus scrapes its ``/metrics`` meanwhile. ``watched``: the namespaced mode
+    (``--namespace``, a Role there), for that one namespace."""
+    identity.install(cluster.api(), cluster.layout, cluster.state.server, watched)
+    component = operator_component(cluster.layout, cluster.state.ports, watched)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
     address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"
     groups = prometheus.operator_target_groups(address)

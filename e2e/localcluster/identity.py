@@ -19,13 +19,17 @@ from typing import Any
 from e2e.localcluster import kubeconfig
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.layout import Layout
-from specdeploy.operator.builders.rbac import operator_cluster_role
+from specdeploy.operator.builders.rbac import operator_cluster_role, operator_namespaced_roles
 from specdeploy.runtime.kube import paths
 
 NAMESPACE = "specdeploy-system"
 ACCOUNT = "specdeploy-operator"
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
 """The user name the API server (and its audit log) knows the operator by."""
+NAMESPACED_ACCOUNT = "specdeploy-operator-namespaced"
+"""The namespaced mode's identity: an account of its own, so that the cluster-wide
+binding of ``ACCOUNT`` cannot lend it rights its Role lacks."""
+NAMESPACED_USER = f"system:serviceaccount:{NAMESPACE}:{NAMESPACED_ACCOUNT}"
 GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
     ("specdeploy.io", "speculativedeployments/finalizers", "update"): (
         "checked by the API server when a child's owner reference sets blockOwnerDeletion"
@@ -85,18 +89,54 @@ def manifests(role: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def install(api: KubeApi, layout: Layout, server: str) -> Path:
-    """Make the identity and write the operator's kubeconfig; return its path."""
-    for obj in manifests():
+def _binding(kind: str, role: Mapping[str, Any], account: str) -> dict[str, Any]:
+    meta = {k: v for k, v in role["metadata"].items() if k in ("name", "namespace")}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": meta,
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": role["kind"],
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}],
+    }
+
+
+def namespaced_manifests(watched: str) -> list[dict[str, Any]]:
+    """The namespaced mode: its account, a Role in ``watched`` and the cluster-scoped reads."""
+    role, cluster_reads = operator_namespaced_roles(watched, name=NAMESPACED_ACCOUNT)
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": NAMESPACED_ACCOUNT, "namespace": NAMESPACE},
+        },
+        role,
+        _binding("RoleBinding", role, NAMESPACED_ACCOUNT),
+        cluster_reads,
+        _binding("ClusterRoleBinding", cluster_reads, NAMESPACED_ACCOUNT),
+    ]
+
+
+def install(api: KubeApi, layout: Layout, server: str, watched: str | None = None) -> Path:
+    """Make the identity and write the operator's kubeconfig; return its path.
+
+    ``watched``: the namespaced mode's one namespace (None: the whole cluster).
+    """
+    account = ACCOUNT if watched is None else NAMESPACED_ACCOUNT
+    for obj in manifests() if watched is None else namespaced_manifests(watched):
         ensure(api, obj)
-    token = api.request_token(NAMESPACE, ACCOUNT, seconds=TOKEN_SECONDS)
+    token = api.request_token(NAMESPACE, account, seconds=TOKEN_SECONDS)
     token_file = layout.root / "operator.token"
     token_file.write_text(token)
     token_file.chmod(0o600)
     doc = kubeconfig.document(
         server=server,
         ca_file=layout.pki.ca_cert,
-        user=ACCOUNT,
+        user=account,
         token_file=token_file,
     )
     return kubeconfig.write(layout.kubeconfig("operator"), doc)

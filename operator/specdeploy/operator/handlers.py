@@ -295,6 +295,9 @@ def register(
         settings.watching.client_timeout = int(resync_seconds) + 30
         for group, version, plural in CHILD_RESOURCES:
             settings.watching.label_selectors[group, version, plural] = MANAGED_SELECTOR
+        # Named namespaces need no scanning of namespaces and CRDs (which a Role cannot
+        # grant): the namespaced mode serves the resources the API has at start.
+        settings.scanning.disabled = bool(reconciler.namespaces)
         resyncs.append(asyncio.get_running_loop().create_task(reconciler.resync(resync_seconds)))
 
     @kopf.on.cleanup(registry=registry, id="resync-stop")

@@ -208,7 +208,8 @@ def test_the_namespaced_mode_grants_namespaced_kinds_by_a_role_and_cluster_reads
         for res in r["resources"]
         for v in r["verbs"]
     }
-    assert split == whole
+    crds = ("apiextensions.k8s.io", "customresourcedefinitions")
+    assert split == {g for g in whole if g[:2] != crds}, "all but kopf's CRD scan"
 
 
 # --- the vLLM Deployment ------------------------------------------------------------

@@ -226,3 +226,14 @@ def test_kopf_logs_in_as_our_client_and_follows_a_rotated_token(tmp_path: Path) 
         default_namespace="ops",
     )
     assert second.token == "two"
+
+
+def test_the_namespaced_mode_scans_no_namespaces_or_crds_which_its_role_cannot_grant() -> None:
+    """Seen on the local cluster: with named namespaces kopf still listed namespaces
+    cluster-wide and met a 403 every few seconds."""
+    reg = kopf.OperatorRegistry()
+    handlers.register(
+        reg, handlers.Reconciler(api=NoApi(), namespaces=("inference",)), resync_seconds=60
+    )
+    assert _run_startup(reg).scanning.disabled is True
+    assert _run_startup(registry()).scanning.disabled is False

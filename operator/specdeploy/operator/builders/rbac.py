@@ -89,12 +89,16 @@ patched; ``finalizers`` update, checked by the API server when an owner referenc
 blockOwnerDeletion; pods listed for the pools' status; Events created. A pool's
 Service lives as long as its deployment (the garbage collector removes it), so the
 operator never deletes one."""
-CLUSTER_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+NODE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("", ("nodes",), ("list", "watch")),
+)
+"""The one cluster-scoped read every mode needs: the GPU nodes discovery counts."""
+CLUSTER_RULES = (
+    *NODE_RULES,
     ("apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch")),
 )
-"""Cluster-scoped reads: the GPU nodes discovery counts, and the CRDs kopf scans for
-the resources it watches."""
+"""Cluster-wide, kopf also scans the CRDs, so that a CRD installed after the operator
+starts is still served (the namespaced mode turns scanning off)."""
 
 
 def _rules(
@@ -118,8 +122,9 @@ def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
 
 def operator_namespaced_roles(namespace: str, name: str = "specdeploy-operator") -> list[Manifest]:
     """The namespaced mode (``specdeploy operator run --namespace NS``): a Role in ``namespace``
-    for everything the operator does there, and a ClusterRole for the cluster-scoped
-    reads alone (nodes and CRDs cannot be granted by a Role)."""
+    for everything the operator does there, and a ClusterRole to read nodes alone (a
+    Role cannot grant a cluster-scoped kind). Its CRDs must exist before it starts:
+    with named namespaces kopf does not scan for CRDs."""
     labels = {MANAGED_BY[0]: MANAGED_BY[1]}
     return [
         {
@@ -132,6 +137,6 @@ def operator_namespaced_roles(namespace: str, name: str = "specdeploy-operator")
             "apiVersion": RBAC_API,
             "kind": "ClusterRole",
             "metadata": {"name": f"{name}-cluster-reads", "labels": labels},
-            "rules": _rules(CLUSTER_RULES),
+            "rules": _rules(NODE_RULES),
         },
     ]
