@@ -29,3 +29,6 @@ def test_a_foreign_service_with_the_models_name_is_left_alone_and_reported() -> 
     assert writes == []
     status = api.get("speculativedeployments", "llama-8b-chat")["status"]
     assert status.get("endpoint") is None
+    (applied,) = [c for c in status["conditions"] if c["type"] == "Applied"]
+    assert (applied["status"], applied["reason"]) == ("False", "NameTaken")
+    assert f"Service {name} exists and does not belong" in applied["message"]
