@@ -80,8 +80,13 @@ def apiserver(binary: Path, layout: Layout, ports: Ports) -> Component:
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
-        # Writes only, at Metadata level (who wrote what, no bodies): the benchmarks
-        # count API writes per client from it (``audit.py``).
+        # An owner reference that blocks its owner's deletion needs `update` on the
+        # owner's finalizers: what a production API server with this plugin checks,
+        # and why the operator's ClusterRole holds it (identity.GRANTED_WITHOUT_A_REQUEST).
+        "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+        # Writes, and every request of the operator's own identity, at Metadata level
+        # (who did what, no bodies): write counts per client and least privilege
+        # (``audit.py``).
         f"--audit-policy-file={layout.audit_policy}",
         f"--audit-log-path={layout.audit_log}",
         "--audit-log-format=json",

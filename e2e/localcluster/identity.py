@@ -32,7 +32,8 @@ binding of ``ACCOUNT`` cannot lend it rights its Role lacks."""
 NAMESPACED_USER = f"system:serviceaccount:{NAMESPACE}:{NAMESPACED_ACCOUNT}"
 GRANTED_WITHOUT_A_REQUEST: dict[tuple[str, str, str], str] = {
     ("specdeploy.io", "speculativedeployments/finalizers", "update"): (
-        "checked by the API server when a child's owner reference sets blockOwnerDeletion"
+        "checked by the API server's OwnerReferencesPermissionEnforcement admission (on"
+        " here) when a child's owner reference sets blockOwnerDeletion"
     ),
     **{
         ("specdeploy.io", "speculationprofiles", verb): (

@@ -49,11 +49,18 @@ def test_the_operator_is_refused_nothing_and_a_pools_removal_uses_each_verb_it_h
         what="the hand edit reverted",
         timeout=60,
     )
-    # one pool fewer: its Deployment, table and disruption budget are deleted by the operator
-    admin.merge_patch(
-        sdep_path(namespace, "llama-8b-chat"), {"spec": {"pools": [{"gpuType": GPU_TYPES[0]}]}}
+    # the optional NetworkPolicy, one per pool, fenced to the namespace's own pods
+    sdep = sdep_path(namespace, "llama-8b-chat")
+    admin.merge_patch(sdep, {"spec": {"networkPolicy": {"enabled": True}}})
+    fences = wait_for(
+        lambda: children(admin, "NetworkPolicy", namespace) or None,
+        what="the pools' NetworkPolicies",
+        timeout=60,
     )
-    for kind in ("Deployment", "ConfigMap", "PodDisruptionBudget"):
+    assert fences[0]["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
+    # one pool fewer: its Deployment, table, budget and policy are deleted by the operator
+    admin.merge_patch(sdep, {"spec": {"pools": [{"gpuType": GPU_TYPES[0]}]}})
+    for kind in ("Deployment", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"):
 
         def one_left(kind: str = kind) -> bool | None:
             return len(children(admin, kind, namespace)) == 1 or None
@@ -73,3 +80,4 @@ def test_the_operator_is_refused_nothing_and_a_pools_removal_uses_each_verb_it_h
     for group, resource in (("apps", "deployments"), ("", "configmaps")):
         assert {(group, resource, v) for v in CHILD_VERBS if v != "watch"} <= used
     assert ("policy", "poddisruptionbudgets", "delete") in used
+    assert ("networking.k8s.io", "networkpolicies", "delete") in used

@@ -336,6 +336,31 @@ class AutoscalingSpec(WireModel):
     target: str = Field(default="goodput", pattern=r"^goodput$")
 
 
+class NetworkPeer(WireModel):
+    """Who may reach the serving pods: pods by labels, namespaces by labels, or both (and)."""
+
+    namespace_selector: dict[str, str] | None = Field(
+        default=None, description="matchLabels of the peers' namespaces ({}: every namespace)."
+    )
+    pod_selector: dict[str, str] | None = Field(
+        default=None, description="matchLabels of the peer pods ({}: every pod)."
+    )
+
+
+class NetworkPolicySpec(WireModel):
+    """An optional NetworkPolicy per pool (review M8): vLLM's API is unauthenticated and its
+    metrics are open, so a namespace that shares a cluster can fence them in. Only ingress
+    is restricted: vLLM pulls models and resolves names on the way out."""
+
+    enabled: bool = False
+    allow_from: tuple[NetworkPeer, ...] = Field(
+        default=(),
+        max_length=32,
+        description="Peers allowed to the API and metrics ports; empty: the pods of the "
+        "deployment's own namespace. Add the gateway's and Prometheus's namespaces.",
+    )
+
+
 class Toleration(WireModel):
     """A pod toleration, for GPU nodes that carry taints."""
 
@@ -369,6 +394,7 @@ class SpeculativeDeploymentSpec(WireModel):
     profiling: ProfilingSpec = ProfilingSpec()
     telemetry: TelemetrySpec = TelemetrySpec()
     vllm: VllmSpec = VllmSpec()
+    network_policy: NetworkPolicySpec = NetworkPolicySpec()
     autoscaling: AutoscalingSpec = AutoscalingSpec()
 
     def served_name(self) -> str:

@@ -60,6 +60,7 @@ CHILD_RESOURCES = (
     ("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     ("policy", "v1", "poddisruptionbudgets"),
+    ("networking.k8s.io", "v1", "networkpolicies"),
 )
 """Every kind the operator creates: an edit or deletion of any of them reconciles its owners."""
 MANAGED_SELECTOR = "=".join(MANAGED_BY)

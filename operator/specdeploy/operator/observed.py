@@ -28,6 +28,7 @@ CHILD_KINDS = (
     "Role",
     "RoleBinding",
     "PodDisruptionBudget",
+    "NetworkPolicy",
 )
 
 

@@ -33,7 +33,7 @@ from specdeploy.runtime.kube.requests import MERGE_PATCH as MERGE
 
 FIELD_MANAGER = "specdeploy"
 COMPONENT = "specdeploy-operator"
-OWNED_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget")
+OWNED_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy")
 SHARED_KINDS = ("Job", "ServiceAccount", "Role", "RoleBinding")
 
 

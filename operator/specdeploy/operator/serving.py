@@ -15,6 +15,7 @@ from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.configmap import table_configmap
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
 from specdeploy.operator.builders.disruption import pool_disruption_budget
+from specdeploy.operator.builders.network import pool_network_policy
 from specdeploy.operator.context import Context, PoolPlan, conflict, pool_status
 from specdeploy.operator.manifests import needs_apply, with_applied_hash
 from specdeploy.operator.naming import deployment_name, table_configmap_name
@@ -79,7 +80,16 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
     )
     deployment = with_applied_hash(serving_deployment(parent, spec, serving))
     budget = pool_disruption_budget(parent, name=serving.name, gpu_type=pool.gpu_type)
-    owned = (with_applied_hash(configmap), deployment, with_applied_hash(budget))
+    owned: tuple[Manifest, ...] = (
+        with_applied_hash(configmap),
+        deployment,
+        with_applied_hash(budget),
+    )
+    if spec.network_policy.enabled:
+        fence = pool_network_policy(
+            parent, spec.network_policy, name=serving.name, gpu_type=pool.gpu_type
+        )
+        owned = (*owned, with_applied_hash(fence))
     verdict = table_in.verdict
     live = table_in.live
     source = None if profile is None else ProfileSource(profile.spec.source.value)

@@ -152,12 +152,26 @@ def pool_excluded_by_node_selector(spec: SpeculativeDeploymentSpec) -> Iterator[
             )
 
 
-def node_selector_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
-    for key, value in (spec.node_selector or {}).items():
+def _labels_malformed(field: str, labels: Mapping[str, str] | None) -> Iterator[str]:
+    for key, value in (labels or {}).items():
         if not _LABEL_KEY.match(key):
-            yield f"spec.nodeSelector: {key!r} is not a valid label key"
+            yield f"{field}: {key!r} is not a valid label key"
         elif not _LABEL_VALUE.match(value):
-            yield f"spec.nodeSelector[{key}]: {value!r} is not a valid label value"
+            yield f"{field}[{key}]: {value!r} is not a valid label value"
+
+
+def node_selector_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    yield from _labels_malformed("spec.nodeSelector", spec.node_selector)
+
+
+def network_peers_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    """Peers the API server would refuse on the NetworkPolicy, or that admit no one."""
+    for i, peer in enumerate(spec.network_policy.allow_from):
+        field = f"spec.networkPolicy.allowFrom[{i}]"
+        if peer.namespace_selector is None and peer.pod_selector is None:
+            yield f"{field}: names neither namespaceSelector nor podSelector"
+        yield from _labels_malformed(f"{field}.namespaceSelector", peer.namespace_selector)
+        yield from _labels_malformed(f"{field}.podSelector", peer.pod_selector)
 
 
 def annotations_malformed(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
@@ -257,6 +271,7 @@ PREDICATES: tuple[Predicate, ...] = (
     pool_gpu_type_repeated,
     pool_excluded_by_node_selector,
     node_selector_malformed,
+    network_peers_malformed,
     batch_sizes_unordered,
     annotations_malformed,
     tolerations_malformed,

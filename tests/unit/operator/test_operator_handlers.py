@@ -48,6 +48,7 @@ def test_every_kind_the_operator_creates_is_watched_through_the_managed_by_label
         "child-roles",
         "child-rolebindings",
         "child-poddisruptionbudgets",
+        "child-networkpolicies",
     }
     assert all(h.labels == {"app.kubernetes.io/managed-by": "specdeploy"} for h in watched)
 

@@ -101,3 +101,46 @@ def test_resources_the_api_server_would_refuse_on_the_pods_are_refused_naming_th
     verdict = validate(body)
     assert verdict.spec is None
     assert any(f"spec.vllm.resources.{field}" in p.message for p in verdict.problems)
+
+
+def _pool_manifests(changes: dict[str, Any]) -> list[dict[str, Any]]:
+    from specdeploy.operator.decide import decide
+    from tests.unit.operator.test_operator_reconcile import H100, NOW, deployment, node, observed
+    from tests.unit.operator.test_operator_reconcile import profile as stored_profile
+
+    body = deployment({"pools": [{"gpuType": H100}], **changes})
+    world = observed(profiles=(stored_profile(body, H100),), nodes=(node("h1", H100),))
+    return list(decide(body, world, now=NOW).owned)
+
+
+def test_no_network_policy_unless_asked_then_one_per_pool_over_its_pods_and_ports() -> None:
+    """Review M8: vLLM's API (unauthenticated) and metrics were open to every pod."""
+    assert not [m for m in _pool_manifests({}) if m["kind"] == "NetworkPolicy"]
+    peers = [{"namespaceSelector": {"kubernetes.io/metadata.name": "gateway"}}]
+    owned = _pool_manifests({"networkPolicy": {"enabled": True, "allowFrom": peers}})
+    (fence,) = [m for m in owned if m["kind"] == "NetworkPolicy"]
+    (dep,) = [m for m in owned if m["kind"] == "Deployment"]
+    assert fence["spec"]["podSelector"] == dep["spec"]["selector"]
+    assert fence["spec"]["policyTypes"] == ["Ingress"], "egress stays open (model downloads)"
+    (rule,) = fence["spec"]["ingress"]
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": peers[0]["namespaceSelector"]}}]
+    assert {p["port"] for p in rule["ports"]} == {8000, 9400}
+
+
+def test_an_enabled_policy_without_peers_admits_the_namespaces_own_pods() -> None:
+    owned = _pool_manifests({"networkPolicy": {"enabled": True}})
+    (fence,) = [m for m in owned if m["kind"] == "NetworkPolicy"]
+    assert fence["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]
+
+
+def test_a_peer_naming_no_selector_or_a_bad_label_is_refused_naming_the_field() -> None:
+    import yaml
+
+    from specdeploy.operator.validation import validate
+    from tests.unit.operator.test_operator_builders import EXAMPLE
+
+    body = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    body["networkPolicy"] = {"enabled": True, "allowFrom": [{}, {"podSelector": {"-x": "y"}}]}
+    messages = [p.message for p in validate(body).problems]
+    assert any("spec.networkPolicy.allowFrom[0]: names neither" in m for m in messages)
+    assert any("spec.networkPolicy.allowFrom[1].podSelector" in m for m in messages)

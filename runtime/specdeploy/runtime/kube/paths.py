@@ -50,6 +50,7 @@ KINDS: Mapping[str, Kind] = {
     "ReplicaSet": Kind("apps/v1", "replicasets"),
     "Job": Kind("batch/v1", "jobs"),
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
+    "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),
     "Role": Kind("rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings"),
     "ClusterRole": Kind("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
