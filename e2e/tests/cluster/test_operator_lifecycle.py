@@ -226,6 +226,48 @@ def test_a_second_deployment_with_the_same_fingerprint_creates_no_job(
     assert seen_jobs == []
 
 
+def test_deployments_sharing_a_fingerprint_share_one_job_as_owners_in_a_burst(
+    operator: cluster.Cluster, admin: KubeApi, namespace: str
+) -> None:
+    """Chaos C12/C13: created in one burst, the deployments of one fingerprint make one Job
+    and each joins it (and its RBAC) as an owner; the first one deleted mid-profiling
+    leaves the Job running for the others, which go Ready on it."""
+    hold = f"specdeploy-test/{namespace}"[:63]
+    names = ["llama-a", "llama-b", "llama-c"]
+    for name in names:
+        body = example(name)
+        body["spec"]["pools"] = [{"gpuType": "NVIDIA-L40S"}]
+        body["spec"]["nodeSelector"] = {hold: "true"}  # the profiler pod waits: no node has it
+        create(admin, namespace, body)
+
+    def all_owners() -> Obj | None:
+        jobs = children(admin, "Job", namespace)
+        owners = {r["name"] for j in jobs for r in j["metadata"].get("ownerReferences", [])}
+        return jobs[0] if len(jobs) == 1 and owners == set(names) else None
+
+    job = wait_for(all_owners, what="one Job owned by all three", timeout=60)
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        (shared,) = children(admin, kind, namespace)
+        assert {r["name"] for r in shared["metadata"]["ownerReferences"]} == set(names), kind
+
+    admin.delete(sdep_path(namespace, "llama-a"))
+
+    def a_left() -> Obj | None:
+        (current,) = children(admin, "Job", namespace)
+        owners = {r["name"] for r in current["metadata"].get("ownerReferences", [])}
+        return current if owners == {"llama-b", "llama-c"} else None
+
+    after = wait_for(a_left, what="the Job without llama-a", timeout=60)
+    assert after["metadata"]["uid"] == job["metadata"]["uid"], "the shared Job survived"
+    node = paths.path("Node", name="gpu-l40s-0")
+    admin.merge_patch(node, {"metadata": {"labels": {hold: "true"}}})
+    try:
+        for name in names[1:]:
+            wait_phase(admin, namespace, name, "Ready", 120)
+    finally:
+        admin.merge_patch(node, {"metadata": {"labels": {hold: None}}})
+
+
 def reconciles_logged(running: cluster.Cluster, namespace: str, name: str, since: int) -> list[str]:
     """The operator's one-line-per-reconcile log entries for a deployment after byte ``since``."""
     with running.layout.log("operator").open("rb") as log:
