@@ -81,3 +81,34 @@ def test_the_operator_is_refused_nothing_and_a_pools_removal_uses_each_verb_it_h
         assert {(group, resource, v) for v in CHILD_VERBS if v != "watch"} <= used
     assert ("policy", "poddisruptionbudgets", "delete") in used
     assert ("networking.k8s.io", "networkpolicies", "delete") in used
+
+
+def test_a_hugging_face_token_never_leaves_its_secret(
+    operator: cluster.Cluster, admin: KubeApi, namespace: str
+) -> None:
+    """Review R7: the token reaches the pods as a secretKeyRef; the operator, which may not
+    read Secrets at all, copies it nowhere: not into a child, the status, an Event or its log."""
+    import base64
+    import json
+    import uuid
+
+    canary = f"hf_canary_{uuid.uuid4().hex}"
+    admin.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hf", "namespace": namespace},
+            "data": {"token": base64.b64encode(canary.encode()).decode()},
+        }
+    )
+    ready_example(admin, namespace, model={"tokenSecretRef": {"name": "hf"}})
+
+    kinds = ("Deployment", "Job", "ConfigMap", "Service", "PodDisruptionBudget", "Event")
+    everything = [o for kind in kinds for o in admin.items(paths.path(kind, namespace))]
+    everything.append(admin.get(sdep_path(namespace, "llama-8b-chat")))
+    assert canary not in json.dumps(everything)
+    assert canary not in operator.layout.log("operator").read_text(errors="replace")
+    (serving, *_) = children(admin, "Deployment", namespace)
+    env = serving["spec"]["template"]["spec"]["containers"][0]["env"]
+    (hf,) = [e for e in env if e["name"] == "HF_TOKEN"]
+    assert hf["valueFrom"] == {"secretKeyRef": {"name": "hf", "key": "token"}}
