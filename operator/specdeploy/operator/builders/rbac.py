@@ -16,7 +16,7 @@ from specdeploy.operator.builders.common import (
     PROFILING,
     Manifest,
 )
-from specdeploy.operator.naming import PROFILER_ACCOUNT
+from specdeploy.operator.naming import OPERATOR_LEASE, PROFILER_ACCOUNT
 
 PROFILER_VERBS = ("create", "get", "update", "patch")
 RBAC_API = "rbac.authorization.k8s.io/v1"
@@ -63,8 +63,33 @@ def profiler_role_binding(namespace: str) -> Manifest:
     }
 
 
-def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
-    """What the operator itself needs (for the chart): its kinds, children, nodes, events.
+def leader_election_rules(lease: str = OPERATOR_LEASE) -> list[dict[str, list[str]]]:
+    """The Lease the operator's replicas elect a leader with: read and renew that one only.
+
+    RBAC cannot restrict ``create`` by name (the name is not known before the
+    object exists), so ``create`` covers leases in general and ``get`` and
+    ``update`` only the named one; no ``list``, ``watch``, ``patch`` or
+    ``delete``, which the election never uses. Bound through a RoleBinding
+    in the operator's namespace instead of the ClusterRoleBinding, the same
+    rules confine it to that namespace too.
+    """
+    group = "coordination.k8s.io"
+    return [
+        {"apiGroups": [group], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": [group],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+def operator_cluster_role(
+    name: str = "specdeploy-operator", *, lease: str = OPERATOR_LEASE
+) -> Manifest:
+    """What the operator itself needs (for the chart): its kinds, children, nodes, events,
+    and its leader election's Lease (``lease``: ``--leader-election-id``).
 
     It may grant the profiler's permissions because it holds them itself
     (RBAC forbids escalation), and it sets blockOwnerDeletion, which needs
@@ -117,6 +142,7 @@ def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
             "verbs": ["get", "list", "watch"],
         },
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+        *leader_election_rules(lease),
     ]
     return {
         "apiVersion": RBAC_API,
