@@ -53,6 +53,10 @@ KINDS: Mapping[str, Kind] = {
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
     "Role": Kind("rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": Kind("rbac.authorization.k8s.io/v1", "rolebindings"),
+    "ClusterRole": Kind("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False),
+    "ClusterRoleBinding": Kind(
+        "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False
+    ),
     "SelfSubjectAccessReview": Kind(
         "authorization.k8s.io/v1", "selfsubjectaccessreviews", namespaced=False
     ),
