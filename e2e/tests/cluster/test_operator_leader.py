@@ -288,8 +288,8 @@ def test_of_two_replicas_only_the_leader_writes_and_the_standby_takes_over_after
         1,
         0,
     )
-    assert metric(b, "specdeploy_operator_api_writes_total") == 0
-    assert metric(b, "specdeploy_operator_reconciles_total") == 0
+    assert metric(b, "specdeploy_operator_api_writes") == 0
+    assert metric(b, "specdeploy_operator_reconciles") == 0
     # Every transition said once: no Event doubled, none counted twice.
     events = operator_events(admin, namespace)
     keys = [(e["involvedObject"].get("uid"), e["reason"], e.get("message")) for e in events]
