@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.localcluster import binaries, cluster, processes
+from e2e.localcluster import audit, binaries, cluster, identity, processes
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.waiting import wait_for
 from specdeploy.runtime.kube import paths
@@ -54,8 +54,32 @@ def claim_workdir(root: Path) -> Path:
     return workdir
 
 
+def ran_every_cluster_module(session: pytest.Session) -> bool:
+    """Whether this session collected every module of ``e2e/tests/cluster`` (the whole suite)."""
+    here = Path(__file__).parent / "tests" / "cluster"
+    collected = {Path(str(item.path)).resolve() for item in session.items}
+    return {p.resolve() for p in here.glob("test_*.py")} <= collected
+
+
+def least_privilege_report(layout_log: Path, whole_suite: bool) -> list[str]:
+    """What the audit log says against least privilege: RBAC refusals of the operator's
+    requests, and (over a whole suite only) grants of its ClusterRole no request used."""
+    from specdeploy.operator.builders.rbac import operator_cluster_role
+
+    requests = list(audit.requests_of(layout_log, identity.USER))
+    problems = [
+        f"refused: {r.verb} {r.group}/{r.resource} in {r.namespace!r}"
+        for r in audit.refused(requests)
+    ]
+    if whole_suite:
+        unused = audit.unused_grants(operator_cluster_role(), requests)
+        unused -= set(identity.GRANTED_WITHOUT_A_REQUEST)
+        problems += [f"granted, never used: {v} {g}/{r}" for g, r, v in sorted(unused)]
+    return problems
+
+
 @pytest.fixture(scope="session")
-def local_cluster() -> Iterator[cluster.Cluster]:
+def local_cluster(request: pytest.FixtureRequest) -> Iterator[cluster.Cluster]:
     reap_abandoned(clusters_root())
     workdir = claim_workdir(clusters_root())
     # No CRDs and no operator: these tests are about the harness; tests of the
@@ -63,9 +87,16 @@ def local_cluster() -> Iterator[cluster.Cluster]:
     running = cluster.up(workdir, fleet_spec=FLEET, crds=None, operator=False, log=lambda _m: None)
     try:
         yield running
+        whole = ran_every_cluster_module(request.session)
+        problems = least_privilege_report(running.layout.audit_log, whole)
     finally:
         cluster.down(workdir, log=lambda _m: None)
         shutil.rmtree(workdir, ignore_errors=True)
+    # Least privilege over the whole session (issue 15): whatever the operator's ClusterRole
+    # lacks for any test, or grants that the whole suite never used, shows here.
+    if problems:
+        shown = "\n".join(f"  {p}" for p in problems)
+        pytest.fail(f"the operator's ClusterRole is not least privilege:\n{shown}")
 
 
 @pytest.fixture(scope="session")

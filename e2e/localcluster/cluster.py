@@ -33,6 +33,7 @@ from e2e.localcluster import (
     audit,
     components,
     fleet,
+    identity,
     kubeconfig,
     pki,
     processes,
@@ -215,6 +216,7 @@ OPERATOR = "operator"
 def operator_component(
     layout: Layout,
     ports: Ports,
+    watched: str | None = None,
     *,
     name: str = OPERATOR,
     liveness_port: int | None = None,
@@ -225,6 +227,8 @@ def operator_component(
 ) -> Component:
     """The operator as a local process; its log has one line per reconcile (``--log-level``).
 
+    It logs in as its own ServiceAccount with the ClusterRole it generates
+    (``identity.install`` wrote the kubeconfig), never as the cluster's admin.
     It reads the cluster's Prometheus (``SPECDEPLOY_PROMETHEUS_URL``) for a deployment
     whose spec names none, as an operator installed beside a cluster's Prometheus would.
     The keywords make a second operator beside it (two replicas, an upgrade's
@@ -237,9 +241,14 @@ def operator_component(
     argv = [*start, "operator", "run", f"--liveness={url}"]
     argv += [f"--metrics-port={metrics_port or ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
+    if watched is not None:
+        argv.append(f"--namespace={watched}")
     argv += extra_args
     env = {
-        "KUBECONFIG": str(kubeconfig_path or layout.kubeconfig()),
+        "KUBECONFIG": str(kubeconfig_path or layout.kubeconfig("operator")),
+        # What the chart's downward API gives the pod: its own namespace, where the
+        # leader election's Lease lives (watching one namespace, the Lease is there).
+        "POD_NAMESPACE": identity.NAMESPACE,
         "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
     }
     return Component(name, argv, url, "none", env)
@@ -368,14 +377,21 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
     prometheus.write_config(components.prometheus_config(layout), config)
 
 
-def start_operator(cluster: Cluster, *, log: Log = print, **variant: Any) -> None:
-    """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile.
+def start_operator(
+    cluster: Cluster, *, log: Log = print, watched: str | None = None, **variant: Any
+) -> None:
+    """Start the operator against ``cluster`` under its own identity (``identity.py``);
+    Prometheus scrapes its ``/metrics`` meanwhile. ``watched``: the namespaced mode
+    (``--namespace``, a Role there), for that one namespace.
 
-    ``variant``: ``operator_component``'s keywords, for a second operator
-    (which Prometheus does not scrape). It returns once the process is live,
-    which, with leader election, may be while it stands by.
+    ``variant``: ``operator_component``'s keywords, for a second operator (another
+    name and ports; with ``kubeconfig_path``, an identity of the caller's making),
+    which Prometheus does not scrape. It returns once the process is live, which,
+    with leader election, may be while it stands by.
     """
-    component = operator_component(cluster.layout, cluster.state.ports, **variant)
+    if variant.get("kubeconfig_path") is None:
+        identity.install(cluster.api(), cluster.layout, cluster.state.server, watched)
+    component = operator_component(cluster.layout, cluster.state.ports, watched, **variant)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
     if component.name != OPERATOR:
         return

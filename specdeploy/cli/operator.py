@@ -68,7 +68,14 @@ def register(subparsers: Any) -> None:
     crds.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
     crds.set_defaults(handler=_crds)
 
-    rbac = sub.add_parser("rbac", help="print the operator's ClusterRole")
+    rbac = sub.add_parser(
+        "rbac", help="print the operator's ClusterRole (or, with --namespace, its Role)"
+    )
+    rbac.add_argument(
+        "--namespace",
+        help="the namespaced mode: a Role in NAMESPACE, plus a ClusterRole of cluster-scoped "
+        "reads only (nodes, CRDs); run the operator with the same --namespace",
+    )
     rbac.add_argument(
         "--leader-election-id",
         default=DEFAULT_LEASE,
@@ -202,8 +209,12 @@ def _crds(args: argparse.Namespace) -> int:
 
 
 def _rbac(args: argparse.Namespace) -> int:
-    from specdeploy.operator.builders.rbac import operator_cluster_role
+    from specdeploy.operator.builders.rbac import operator_cluster_role, operator_namespaced_roles
 
-    role = operator_cluster_role(lease=args.leader_election_id)
-    sys.stdout.write(yaml.safe_dump(role, sort_keys=False))
+    lease = args.leader_election_id
+    if args.namespace:
+        docs = operator_namespaced_roles(args.namespace, lease=lease)
+        sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+    else:
+        sys.stdout.write(yaml.safe_dump(operator_cluster_role(lease=lease), sort_keys=False))
     return 0

@@ -264,6 +264,32 @@ class TelemetrySpec(WireModel):
     interval: str = Field(default="60s", pattern=r"^[1-9][0-9]*(s|m|h)$")
 
 
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+"""A plain, non-negative Kubernetes quantity (``500m``, ``4``, ``16Gi``): what a pod's
+requests and limits take. Exponent forms (``1e3``) are left out on purpose."""
+
+
+class ResourceAmounts(WireModel):
+    """CPU and memory of the vLLM container (the operator adds the GPUs itself)."""
+
+    cpu: str | None = Field(default=None, max_length=32, pattern=QUANTITY_PATTERN)
+    memory: str | None = Field(default=None, max_length=32, pattern=QUANTITY_PATTERN)
+
+
+class ContainerResources(WireModel):
+    """Requests and limits of the serving and profiling containers (review M8).
+
+    Unset: requests of 4 CPUs and 16Gi per GPU of the replica and a memory
+    limit of 64Gi per GPU; no CPU limit, because CFS throttling of vLLM's
+    scheduler thread shows up as TPOT spikes. Set: used as given, per
+    replica, and a request above its limit is refused by validation (the
+    API server would refuse the pods, not the Deployment).
+    """
+
+    requests: ResourceAmounts | None = None
+    limits: ResourceAmounts | None = None
+
+
 class VllmSpec(WireModel):
     """The serving container, and how it drains on shutdown."""
 
@@ -296,6 +322,11 @@ class VllmSpec(WireModel):
     )
     pre_stop_seconds: int = Field(default=15, ge=0, le=600)
     termination_grace_period_seconds: int = Field(default=60, ge=10, le=3600)
+    resources: ContainerResources | None = Field(
+        default=None,
+        description="CPU and memory of the vLLM container (serving and profiling); "
+        "default per GPU: requests 4 CPUs and 16Gi, limit 64Gi memory.",
+    )
 
 
 class AutoscalingSpec(WireModel):

@@ -46,6 +46,7 @@ from specdeploy.operator.status import (
     Profiling,
     compose,
     invalid,
+    name_taken,
     to_wire,
     transition_events,
 )
@@ -183,7 +184,9 @@ def decide(
     statuses = [p.outcome.status for p in plans]
     telemetry = (health.condition, tables_condition(statuses, health.condition))
     service = with_applied_hash(model_service(parent, name=service_name(parent.name)))
-    owned = [service] if conflict(ctx, (service,)) is None else []
+    taken = conflict(ctx, (service,))
+    owned = [service] if taken is None else []
+    extra = (*telemetry, name_taken(taken)) if taken is not None else telemetry
     status = to_wire(
         compose(
             old=old_status,
@@ -193,7 +196,7 @@ def decide(
             endpoint=service_endpoint(parent.namespace, service_name(parent.name))
             if owned
             else None,
-            extra=telemetry,
+            extra=extra,
         )
     )
     return Decision(

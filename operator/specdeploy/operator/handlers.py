@@ -4,13 +4,21 @@ Only kopf *event* handlers are used: kopf then writes nothing of its own to
 the objects (no finalizers, no progress annotations), so a reconcile with
 nothing to change really writes nothing. Level-triggering comes from two
 places: every event (of the deployment or of any child, profile or GPU node)
-reconciles the deployments it may concern, and each watch is re-listed every
-``resync_seconds`` (kopf lists before it watches), which replays every
-object as an event, so a missed event costs at most one resync period.
+reconciles the deployments it may concern, and every ``resync_seconds`` a
+resync lists the deployments and reconciles each, so a missed event (or a
+hand edit of something no watch sees) costs at most one resync period. kopf
+itself lists once and then re-watches from the last resourceVersion: its
+watches never replay (review H1), hence the resync of our own.
+
+The children's watches are narrowed on the server by the managed-by label
+(``settings.watching.label_selectors``): the operator streams its own
+objects, not every Deployment, ConfigMap and Job of the cluster (review M2).
 
 Reconciles of one deployment never overlap (a lock per deployment) and
-coalesce: events that arrive while one waits are answered by that one.
-A conflict or an API error retries after a delay.
+coalesce: events that arrive while one waits are answered by that one. Any
+failure, listed or not, retries after a per-deployment backoff; a failed
+fan-out (a namespace's or the cluster's list of deployments) is retried the
+same way rather than dropped.
 
 kopf logs in with our client's credentials (``register_login``), not with
 a loader of its own, so its watches and our writes are the same identity.
@@ -48,7 +56,14 @@ CHILD_RESOURCES = (
     ("apps", "v1", "deployments"),
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
+    ("", "v1", "serviceaccounts"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("policy", "v1", "poddisruptionbudgets"),
 )
+"""Every kind the operator creates: an edit or deletion of any of them reconciles its owners."""
+MANAGED_SELECTOR = "=".join(MANAGED_BY)
+"""The server-side label selector of the children's watches."""
 
 
 @dataclass
@@ -149,12 +164,46 @@ class Reconciler:
         asyncio.get_running_loop().create_task(again())
 
     async def reconcile_namespace(self, namespace: str | None) -> None:
-        """Every deployment of a namespace (None: of every watched namespace)."""
+        """Every deployment of a namespace (None: of every watched namespace).
+
+        A list that fails is tried again with the same backoff as a reconcile
+        (its key: the scope), not dropped: a node sweep or a profile's fan-out
+        that met an outage would otherwise never happen (review H1).
+        """
         scopes: tuple[str | None, ...] = (namespace,) if namespace else (self.namespaces or (None,))
         for scope in scopes:
-            found = await asyncio.to_thread(k8s.list_deployments, self.api, scope)
-            for key in found:
-                await self.reconcile(*key)
+            key: Key = ("*fan-out*", scope or "")
+            try:
+                found = await asyncio.to_thread(k8s.list_deployments, self.api, scope)
+            except Exception as err:  # any failure is retried, none dropped
+                delay = self._backoff(key)
+                log.warning(
+                    "listing deployments in %s failed: %s; again in %.0fs",
+                    scope or "all namespaces",
+                    err,
+                    delay,
+                )
+                self._fan_out_later(scope, delay)
+                continue
+            self._failures.pop(key, None)
+            for found_key in found:
+                await self.reconcile(*found_key)
+
+    def _fan_out_later(self, scope: str | None, delay: float) -> None:
+        async def again() -> None:
+            await asyncio.sleep(delay)
+            await self.reconcile_namespace(scope)
+
+        asyncio.get_running_loop().create_task(again())
+
+    async def resync(self, every: float) -> None:
+        """Reconcile every deployment each ``every`` seconds, for as long as the operator runs.
+
+        Reconciles with nothing to change write nothing, so a resync costs reads only.
+        """
+        while True:
+            await asyncio.sleep(every)
+            await self.reconcile_namespace(None)
 
     def sweep_soon(self, delay: float = 1.0) -> None:
         """Reconcile every deployment once, shortly: a burst of node events makes one sweep."""
@@ -236,12 +285,25 @@ def register(
     if telemetry is not None:
         register_telemetry(registry, telemetry)
 
+    resyncs: list[asyncio.Task[None]] = []
+
     @kopf.on.startup(registry=registry)
-    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.peering.standalone = True
         settings.posting.enabled = False  # Events are ours, written on transitions only
         settings.watching.server_timeout = int(resync_seconds)  # the API wants an integer
         settings.watching.client_timeout = int(resync_seconds) + 30
+        for group, version, plural in CHILD_RESOURCES:
+            settings.watching.label_selectors[group, version, plural] = MANAGED_SELECTOR
+        # Named namespaces need no scanning of namespaces and CRDs (which a Role cannot
+        # grant): the namespaced mode serves the resources the API has at start.
+        settings.scanning.disabled = bool(reconciler.namespaces)
+        resyncs.append(asyncio.get_running_loop().create_task(reconciler.resync(resync_seconds)))
+
+    @kopf.on.cleanup(registry=registry, id="resync-stop")
+    async def stop_resync(**_: Any) -> None:
+        for task in resyncs:
+            task.cancel()
 
     @_on(registry, GROUP, VERSION, PLURAL)
     async def deployment_event(type: str | None, namespace: str, name: str, **_: Any) -> None:

@@ -185,6 +185,11 @@ def send(api: Api, requests: Iterable[Request]) -> int:
                 req.method, req.path, body=req.body, content_type=req.content_type, query=req.query
             )
         except ApiError as err:
+            if err.status == 409 and req.method == "POST" and 409 in req.ok:
+                # Made meanwhile by another (a deployment of the same fingerprint, in a
+                # race): what it is - ours to join, or someone else's - is for a fresh
+                # decision; counted as done, it was never joined (review M4, H1).
+                raise RetryLater(f"{req.what}: created meanwhile; deciding again") from err
             if err.status in req.ok:
                 continue
             if err.status in (409, 422) and req.method == "PATCH" and isinstance(req.body, list):

@@ -52,7 +52,7 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import FrameType, TracebackType
@@ -161,17 +161,25 @@ def valid_namespace(name: str) -> bool:
 
 
 def lease_namespace(
-    flag: str | None, *, env: Mapping[str, str], client_namespace: str | None
+    flag: str | None,
+    *,
+    watched: Sequence[str] = (),
+    env: Mapping[str, str],
+    client_namespace: str | None,
 ) -> str:
-    """Where the Lease lives: the flag, else the operator's own namespace, else ``default``.
+    """Where the Lease lives: the flag; else the one watched namespace; else the
+    operator's own namespace; else ``default``.
 
-    In a pod the own namespace is ``$POD_NAMESPACE`` (the downward API), or
-    the ServiceAccount's (the client read it from the token mount); out of a
-    cluster it is the kubeconfig context's, as kubectl would use. Every
-    replica of one installation resolves the same one; two installations
-    with different namespaces (or ids) elect separately.
+    Watching one namespace is the namespaced mode, whose generated Role grants
+    the Lease in that namespace and nowhere else. Otherwise the own namespace
+    is, in a pod, ``$POD_NAMESPACE`` (the downward API) or the
+    ServiceAccount's (the client read it from the token mount); out of a
+    cluster, the kubeconfig context's, as kubectl would use. Every replica
+    of one installation resolves the same one; two installations with
+    different namespaces (or ids) elect separately.
     """
-    for candidate in (flag, env.get(NAMESPACE_ENV), client_namespace):
+    single = watched[0] if len(watched) == 1 else None
+    for candidate in (flag, single, env.get(NAMESPACE_ENV), client_namespace):
         if candidate and candidate.strip():
             return candidate.strip()
     return DEFAULT_NAMESPACE

@@ -66,7 +66,7 @@ class Election:
     """How this process elects its leader (``run(election=None)``: it acts alone)."""
 
     namespace: str | None = None
-    """None: ``leader.lease_namespace`` (the pod's own, the context's, ``default``)."""
+    """None: ``leader.lease_namespace`` (the one watched, the own, ``default``)."""
     name: str = leader.DEFAULT_ID
     timing: leader.Timing = field(default_factory=leader.Timing)
     identity: str | None = None
@@ -76,10 +76,12 @@ class Election:
 DEFAULT_ELECTION = Election()
 
 
-def elector_for(client: k8s.Client, election: Election) -> leader.LeaderElector:
+def elector_for(
+    client: k8s.Client, election: Election, watched: Sequence[str] = ()
+) -> leader.LeaderElector:
     """The candidate this process is, over a Lease client of its own; bad names stop the start."""
     namespace = leader.lease_namespace(
-        election.namespace, env=os.environ, client_namespace=client.namespace
+        election.namespace, watched=watched, env=os.environ, client_namespace=client.namespace
     )
     if not leader.valid_namespace(namespace):
         raise SystemExit(f"--leader-election-namespace {namespace!r} is not a namespace name")
@@ -146,7 +148,7 @@ def run(
         metrics.leading(True)
         operate()
         return
-    elector = elector_for(client, election)
+    elector = elector_for(client, election, namespaces)
     metrics.leading(False)
     with standby_probe(liveness_endpoint, elector):
         if not leader.wait_for_leadership(elector):

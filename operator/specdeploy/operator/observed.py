@@ -114,9 +114,35 @@ def job_state(job: Obj, pods: Sequence[Obj] = ()) -> JobState:
     status = job.get("status") or {}
     active, failed = int(status.get("active") or 0), int(status.get("failed") or 0)
     retries = f", {failed} failed attempt(s)" if failed else ""
+    stuck = _why_not_running(pods)
+    if stuck:
+        return JobState(JobPhase.RUNNING, f"profiler pod {stuck}{retries}")
     if active:
         return JobState(JobPhase.RUNNING, f"{active} profiler pod(s) running{retries}")
     return JobState(JobPhase.RUNNING, f"waiting for a profiler pod{retries}")
+
+
+def _why_not_running(pods: Sequence[Obj]) -> str | None:
+    """What keeps the newest live pod from running: unscheduled, or a container waiting.
+
+    A Job counts such a pod as active, and "running" hid a pod that could not be
+    scheduled or pulled for the two hours of the deadline (review M7).
+    """
+    live = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", None)]
+    if not live:
+        return None
+    pod = max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")))
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            why = cond.get("reason") or "Unschedulable"
+            return f"not scheduled ({why}): {str(cond.get('message') or '').strip()[:300]}"
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
+            detail = str(waiting.get("message") or "").strip()[:300]
+            return f"waiting ({waiting['reason']})" + (f": {detail}" if detail else "")
+    return "pending"
 
 
 # --- Deployments ---------------------------------------------------------

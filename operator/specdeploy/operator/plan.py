@@ -33,7 +33,7 @@ from specdeploy.runtime.kube.requests import MERGE_PATCH as MERGE
 
 FIELD_MANAGER = "specdeploy"
 COMPONENT = "specdeploy-operator"
-OWNED_KINDS = ("ConfigMap", "Deployment", "Service")
+OWNED_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget")
 SHARED_KINDS = ("Job", "ServiceAccount", "Role", "RoleBinding")
 
 

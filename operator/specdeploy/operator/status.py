@@ -292,6 +292,12 @@ APPLIED = "Applied"
 REFUSAL_MESSAGE_LIMIT = 1024
 
 
+def name_taken(conflict: str) -> Condition:
+    """``Applied=False`` (reason ``NameTaken``): a child's name belongs to an object not
+    ours, which the operator leaves alone (review M4); gone once the name is free."""
+    return _cond(APPLIED, False, "NameTaken", conflict[:REFUSAL_MESSAGE_LIMIT])
+
+
 def with_refusals(
     status: Mapping[str, Any],
     refused: Sequence[tuple[str, str]],

@@ -223,6 +223,31 @@ def drain_longer_than_grace(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
         )
 
 
+_QUANTITY_SUFFIX = {
+    "": 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
+
+
+def quantity(text: str) -> float:
+    """A quantity of ``api.QUANTITY_PATTERN`` as a number (``16Gi`` -> 17179869184.0)."""
+    number = text.rstrip("mkMGTPEi")
+    return float(number) * _QUANTITY_SUFFIX[text[len(number) :]]
+
+
+def resources_request_exceeds_limit(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    given = spec.vllm.resources
+    if given is None or given.requests is None or given.limits is None:
+        return
+    for name in ("cpu", "memory"):
+        request, limit = getattr(given.requests, name), getattr(given.limits, name)
+        if request is not None and limit is not None and quantity(request) > quantity(limit):
+            yield (
+                f"spec.vllm.resources.requests.{name}: {request} exceeds "
+                f"spec.vllm.resources.limits.{name} {limit} (the API server would refuse the pods)"
+            )
+
+
 PREDICATES: tuple[Predicate, ...] = (
     draft_model_missing,
     draft_model_unused,
@@ -238,6 +263,7 @@ PREDICATES: tuple[Predicate, ...] = (
     sim_preset_missing,
     extra_args_override_managed_flags,
     drain_longer_than_grace,
+    resources_request_exceeds_limit,
 )
 
 

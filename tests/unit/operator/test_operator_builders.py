@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specdeploy.operator.api import SpeculativeDeploymentSpec
+from specdeploy.operator.api import GROUP, SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.builders.deployment import (
     ServingPool,
@@ -71,7 +71,7 @@ def args_of(manifest: dict[str, Any]) -> dict[str, str]:
 def test_the_profiling_job_is_pinned_to_its_gpu_type_and_gpu_count() -> None:
     p = pod(job(spec(nodeSelector={"zone": "a"})))
     assert p["nodeSelector"] == {"zone": "a", "nvidia.com/gpu.product": H100}
-    assert p["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert p["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
 
 
 def test_the_profiling_job_runs_as_the_profiler_service_account() -> None:
@@ -176,6 +176,45 @@ def test_the_operator_holds_every_permission_it_grants() -> None:
     assert any(set(granted["verbs"]) <= set(r["verbs"]) for r in held)
 
 
+def test_the_operator_is_granted_no_update_since_it_never_puts_and_no_namespace_reads() -> None:
+    """Least privilege (issue 15): the audit log of the e2e suite showed these never used."""
+    rules = operator_cluster_role()["rules"]
+    children = [r for r in rules if "/" not in r["resources"][0] and r["apiGroups"] != [GROUP]]
+    # The one PUT is the leader election's renewal, of its one named Lease.
+    updates = [r for r in children if "update" in r["verbs"]]
+    assert updates == [r for r in updates if r.get("resourceNames") == ["specdeploy-operator"]]
+    assert [r["resources"] for r in updates] == [["leases"]]
+    assert not any("namespaces" in r["resources"] for r in rules)
+    assert not any("secrets" in r["resources"] for r in rules)
+
+
+def test_the_namespaced_mode_grants_namespaced_kinds_by_a_role_and_cluster_reads_only() -> None:
+    from specdeploy.operator.builders.rbac import operator_namespaced_roles
+
+    role, cluster_reads = operator_namespaced_roles("inference")
+    assert role["kind"] == "Role" and role["metadata"]["namespace"] == "inference"
+    assert not any("nodes" in r["resources"] for r in role["rules"])
+    assert cluster_reads["kind"] == "ClusterRole"
+    assert {v for r in cluster_reads["rules"] for v in r["verbs"]} == {"list", "watch"}
+    whole = {
+        (g, res, v)
+        for r in operator_cluster_role()["rules"]
+        for g in r["apiGroups"]
+        for res in r["resources"]
+        for v in r["verbs"]
+    }
+    split = {
+        (g, res, v)
+        for doc in (role, cluster_reads)
+        for r in doc["rules"]
+        for g in r["apiGroups"]
+        for res in r["resources"]
+        for v in r["verbs"]
+    }
+    crds = ("apiextensions.k8s.io", "customresourcedefinitions")
+    assert split == {g for g in whole if g[:2] != crds}, "all but kopf's CRD scan"
+
+
 # --- the vLLM Deployment ------------------------------------------------------------
 
 
@@ -241,7 +280,7 @@ def test_the_deployment_drains_gracefully() -> None:
 def test_the_deployment_is_pinned_to_its_gpu_type_with_gpu_resources() -> None:
     p = pod(serving())
     assert p["nodeSelector"]["nvidia.com/gpu.product"] == H100
-    assert p["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert p["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert args_of(serving())["--tensor-parallel-size"] == "2"
 
 

@@ -32,19 +32,98 @@ def test_only_event_handlers_are_registered_so_kopf_adds_no_finalizer_or_annotat
     assert reg._changing.get_all_handlers() == []
     assert reg._spawning.get_all_handlers() == []
     watched = {h.id.rpartition(".")[2] for h in reg._watching.get_all_handlers()}
-    children = {"child-jobs", "child-deployments", "child-configmaps", "child-services"}
+    children = {f"child-{plural}" for _, _, plural in handlers.CHILD_RESOURCES}
     assert watched == {"deployment_event", "profile_event", "node_event", *children}
 
 
-def test_children_are_watched_through_the_managed_by_label() -> None:
+def test_every_kind_the_operator_creates_is_watched_through_the_managed_by_label() -> None:
+    """Review H1: a hand-deleted RoleBinding, ServiceAccount or PDB was seen by no watch."""
     watched = [h for h in registry()._watching.get_all_handlers() if h.id.startswith("child-")]
     assert {h.id for h in watched} == {
         "child-jobs",
         "child-deployments",
         "child-configmaps",
         "child-services",
+        "child-serviceaccounts",
+        "child-roles",
+        "child-rolebindings",
+        "child-poddisruptionbudgets",
     }
     assert all(h.labels == {"app.kubernetes.io/managed-by": "specdeploy"} for h in watched)
+
+
+def _run_startup(reg: kopf.OperatorRegistry) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+
+    async def start() -> None:
+        for handler in reg._activities.get_all_handlers():
+            if handler.id.endswith(".configure"):
+                configure: Any = handler.fn
+                await configure(settings=settings)
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    asyncio.run(start())
+    return settings
+
+
+def test_the_children_watches_are_narrowed_on_the_server_by_the_label() -> None:
+    """Review M2: ``labels=`` on a handler filters in the client, after every object of the
+    cluster has been streamed; only kopf's label_selectors reach the API as labelSelector."""
+    from kopf._cogs.structs.references import Resource
+
+    settings = _run_startup(registry())
+
+    for group, version, plural in handlers.CHILD_RESOURCES:
+        resource = Resource(group, version, plural)
+        assert list(settings.watching.label_selectors.collect(resource)) == [
+            "app.kubernetes.io/managed-by=specdeploy"
+        ]
+    unmanaged = Resource("specdeploy.io", "v1alpha1", "speculativedeployments")
+    assert list(settings.watching.label_selectors.collect(unmanaged)) == []
+
+
+def test_a_resync_reconciles_every_deployment_again_without_any_event(
+    calls: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review H1: kopf lists once and re-watches from the last resourceVersion, so nothing
+    was ever replayed; the resync lists the deployments itself."""
+    monkeypatch.setattr(k8s, "list_deployments", lambda api, ns: [("ns", "a"), ("ns", "b")])
+
+    async def run() -> None:
+        r = handlers.Reconciler(api=NoApi())
+        task = asyncio.get_running_loop().create_task(r.resync(0.05))
+        await asyncio.sleep(0.4)
+        task.cancel()
+
+    asyncio.run(run())
+    assert calls.count(("ns", "a")) >= 2
+    assert calls.count(("ns", "b")) >= 2
+
+
+def test_a_failed_fan_out_is_retried_not_dropped(
+    calls: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review H1: a node sweep or a profile's namespace fan-out that met an outage was lost."""
+    lists: list[str | None] = []
+
+    def flaky_list(api: Any, namespace: str | None) -> list[tuple[str, str]]:
+        lists.append(namespace)
+        if len(lists) == 1:
+            raise urllib3.exceptions.ProtocolError("connection reset")
+        return [("ns", "a")]
+
+    monkeypatch.setattr(k8s, "list_deployments", flaky_list)
+
+    async def run() -> None:
+        r = handlers.Reconciler(api=NoApi(), retry_seconds=0.01)
+        await r.reconcile_namespace("ns")
+        await asyncio.sleep(0.3)
+
+    asyncio.run(run())
+    assert lists == ["ns", "ns"]
+    assert calls == [("ns", "a")]
 
 
 @pytest.fixture
@@ -147,3 +226,14 @@ def test_kopf_logs_in_as_our_client_and_follows_a_rotated_token(tmp_path: Path) 
         default_namespace="ops",
     )
     assert second.token == "two"
+
+
+def test_the_namespaced_mode_scans_no_namespaces_or_crds_which_its_role_cannot_grant() -> None:
+    """Seen on the local cluster: with named namespaces kopf still listed namespaces
+    cluster-wide and met a 403 every few seconds."""
+    reg = kopf.OperatorRegistry()
+    handlers.register(
+        reg, handlers.Reconciler(api=NoApi(), namespaces=("inference",)), resync_seconds=60
+    )
+    assert _run_startup(reg).scanning.disabled is True
+    assert _run_startup(registry()).scanning.disabled is False

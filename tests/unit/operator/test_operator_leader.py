@@ -22,11 +22,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import yaml
 
 from specdeploy.cli import build_parser
 from specdeploy.cli import operator as cli_operator
 from specdeploy.operator import k8s, leader, main
-from specdeploy.operator.builders.rbac import leader_election_rules, operator_cluster_role
+from specdeploy.operator.builders.rbac import (
+    leader_election_rules,
+    operator_cluster_role,
+    operator_namespaced_roles,
+)
 from specdeploy.operator.leader import (
     EXIT_LOST,
     LEASE_USER_AGENT,
@@ -515,19 +520,33 @@ def test_the_defaults_are_client_gos() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flag", "env", "client", "expected"),
+    ("flag", "watched", "env", "client", "expected"),
     [
-        ("ops", {"POD_NAMESPACE": "pod-ns"}, "sa-ns", "ops"),
-        (None, {"POD_NAMESPACE": "pod-ns"}, "sa-ns", "pod-ns"),
-        (None, {}, "sa-ns", "sa-ns"),
-        (None, {"POD_NAMESPACE": " "}, None, "default"),
+        ("ops", ("team-a",), {"POD_NAMESPACE": "pod-ns"}, "sa-ns", "ops"),
+        (None, ("team-a",), {"POD_NAMESPACE": "pod-ns"}, "sa-ns", "team-a"),
+        (None, ("team-a", "team-b"), {"POD_NAMESPACE": "pod-ns"}, "sa-ns", "pod-ns"),
+        (None, (), {"POD_NAMESPACE": "pod-ns"}, "sa-ns", "pod-ns"),
+        (None, (), {}, "sa-ns", "sa-ns"),
+        (None, (), {"POD_NAMESPACE": " "}, None, "default"),
     ],
-    ids=["flag", "downward-api", "service-account-or-context", "default"],
+    ids=[
+        "flag",
+        "namespaced-mode",
+        "several-watched",
+        "downward-api",
+        "service-account-or-context",
+        "default",
+    ],
 )
-def test_the_lease_namespace_is_the_flag_else_the_operators_own_else_default(
-    flag: str | None, env: dict[str, str], client: str | None, expected: str
+def test_the_lease_namespace_is_the_flag_the_watched_one_the_operators_own_or_default(
+    flag: str | None,
+    watched: tuple[str, ...],
+    env: dict[str, str],
+    client: str | None,
+    expected: str,
 ) -> None:
-    assert lease_namespace(flag, env=env, client_namespace=client) == expected
+    found = lease_namespace(flag, watched=watched, env=env, client_namespace=client)
+    assert found == expected
 
 
 def test_identities_differ_between_processes_on_one_host() -> None:
@@ -580,6 +599,16 @@ def test_the_operators_cluster_role_carries_the_rules_of_its_lease() -> None:
     assert [r for r in operator_cluster_role()["rules"] if r["resources"] == ["leases"]] == (
         leader_election_rules(OPERATOR_LEASE)
     )
+
+
+def test_the_namespaced_role_grants_the_lease_in_its_namespace() -> None:
+    """Watching one namespace, the operator elects its leader there (lease_namespace)."""
+    role, cluster_reads = operator_namespaced_roles("team-a", lease="x")
+    assert role["metadata"]["namespace"] == "team-a"
+    assert [r for r in role["rules"] if r["resources"] == ["leases"]] == (
+        leader_election_rules("x")
+    )
+    assert not [r for r in cluster_reads["rules"] if r["resources"] == ["leases"]]
 
 
 def test_specdeploy_operator_rbac_prints_the_role_for_another_id(
@@ -645,6 +674,16 @@ def fake_client(namespace: str | None = None) -> k8s.Client:
     return k8s.Client(config, namespace=namespace)
 
 
+def test_the_namespaced_rbac_command_prints_the_role_for_another_id(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["operator", "rbac", "--namespace", "team-a", "--leader-election-id", "x-y"]
+    args = build_parser(argv).parse_args(argv)
+    assert args.handler(args) == 0
+    role = next(yaml.safe_load_all(capsys.readouterr().out))
+    assert role["kind"] == "Role" and ["x-y"] in [r.get("resourceNames") for r in role["rules"]]
+
+
 def test_the_elector_uses_its_own_client_short_timeout_and_user_agent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -652,8 +691,10 @@ def test_the_elector_uses_its_own_client_short_timeout_and_user_agent(
     client = fake_client("ignored")
 
     elector = main.elector_for(client, main.Election(name="x"))
+    watching_one = main.elector_for(client, main.Election(), ["team-a"])
 
     assert elector.namespace == "ops" and elector.name == "x"
+    assert watching_one.namespace == "team-a"
     assert isinstance(elector.api, k8s.Client) and elector.api is not client
     assert elector.api.user_agent == LEASE_USER_AGENT and client.user_agent == "specdeploy"
     assert elector.api.timeout == 5.0  # half the renew deadline

@@ -54,3 +54,50 @@ def test_each_pool_has_a_disruption_budget_over_exactly_its_pods() -> None:
         budget["metadata"]["ownerReferences"][0]["uid"]
         == dep["metadata"]["ownerReferences"][0]["uid"]
     )
+
+
+@pytest.mark.parametrize("which", ["serving", "profiling"])
+def test_containers_request_cpu_and_memory_per_gpu_and_limit_memory_by_default(
+    which: str,
+) -> None:
+    """Review M8: the containers asked for GPUs only, so a node's CPU and memory were
+    promised to no one and the pods were BestEffort for everything but the GPU."""
+    (container,) = pod(serving() if which == "serving" else job())["containers"]
+    resources = container["resources"]
+    # both builders here run 2 GPUs per replica
+    assert resources["requests"] == {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
+    assert resources["limits"] == {"memory": "128Gi", "nvidia.com/gpu": "2"}
+
+
+def test_the_specs_resources_are_used_as_given_and_the_gpus_stay_the_operators() -> None:
+    from tests.unit.operator.test_operator_builders import spec
+
+    given = spec(vllm={"resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "8Gi"}}})
+    (container,) = pod(serving(given))["containers"]
+    assert container["resources"]["requests"] == {"cpu": "500m", "nvidia.com/gpu": "2"}
+    assert container["resources"]["limits"] == {"memory": "8Gi", "nvidia.com/gpu": "2"}
+
+
+@pytest.mark.parametrize(
+    ("resources", "field"),
+    [
+        ({"requests": {"memory": "64Gi"}, "limits": {"memory": "32Gi"}}, "requests.memory"),
+        ({"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}}, "requests.cpu"),
+        ({"requests": {"cpu": "1e3"}}, "requests.cpu"),
+        ({"limits": {"memory": "-1Gi"}}, "limits.memory"),
+    ],
+    ids=["memory-request-over-limit", "cpu-request-over-limit", "exponent", "negative"],
+)
+def test_resources_the_api_server_would_refuse_on_the_pods_are_refused_naming_the_field(
+    resources: dict[str, Any], field: str
+) -> None:
+    import yaml
+
+    from specdeploy.operator.validation import validate
+    from tests.unit.operator.test_operator_builders import EXAMPLE
+
+    body = yaml.safe_load(EXAMPLE.read_text())["spec"]
+    body["vllm"] = {**body.get("vllm", {}), "resources": resources}
+    verdict = validate(body)
+    assert verdict.spec is None
+    assert any(f"spec.vllm.resources.{field}" in p.message for p in verdict.problems)

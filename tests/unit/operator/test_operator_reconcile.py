@@ -412,8 +412,14 @@ def test_a_removed_pool_loses_its_children() -> None:
     world, _ = converged(body, observed(profiles=profiles))
     fewer = deployment({"pools": [{"gpuType": H100}]}, generation=2)
     requests = plan_children(fewer, decide(fewer, world, now=NOW), world)
-    assert sorted(r.path.rsplit("/", 1)[-1] for r in requests if r.method == "DELETE") == sorted(
-        [deployment_name("llama-8b-chat", A100), table_configmap_name("llama-8b-chat", A100)]
+    deleted = sorted(tuple(r.path.rsplit("/", 2)[-2:]) for r in requests if r.method == "DELETE")
+    assert deleted == sorted(
+        [
+            ("deployments", deployment_name("llama-8b-chat", A100)),
+            ("configmaps", table_configmap_name("llama-8b-chat", A100)),
+            # the pool's budget too: it was left behind until the deployment itself went
+            ("poddisruptionbudgets", deployment_name("llama-8b-chat", A100)),
+        ]
     )
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from specdeploy.operator.decide import decide
 from specdeploy.operator.naming import job_name
 from specdeploy.operator.plan import plan_children
@@ -65,3 +67,66 @@ def test_a_deadline_while_pending_is_retried_as_a_new_job_then_failed_after_the_
         )
     final = decide(body, observed(*others, *jobs, nodes=tuple(world.nodes)), now=NOW)
     assert pool_status(final, H100)["state"] == "Failed"
+
+
+def _job_active() -> dict[str, Any]:
+    return {"metadata": {"name": "profile-x"}, "status": {"active": 1}}
+
+
+def _pod(status: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"creationTimestamp": "2026-12-01T00:00:00Z"}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("status", "shown"),
+    [
+        (
+            {
+                "phase": "Pending",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": "0/6 nodes are available: 6 Insufficient nvidia.com/gpu.",
+                    }
+                ],
+            },
+            "not scheduled (Unschedulable): 0/6 nodes are available",
+        ),
+        (
+            {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "profiler",
+                        "state": {
+                            "waiting": {"reason": "ImagePullBackOff", "message": "pull denied"}
+                        },
+                    }
+                ],
+            },
+            "waiting (ImagePullBackOff): pull denied",
+        ),
+    ],
+    ids=["unschedulable", "image-pull"],
+)
+def test_a_pending_profiler_pod_is_shown_as_what_holds_it_not_as_running(
+    status: dict[str, Any], shown: str
+) -> None:
+    """Review M7: the Job counts a Pending pod as active, and the status said "running"
+    for the two hours of the deadline."""
+    from specdeploy.operator.observed import job_state
+
+    state = job_state(_job_active(), [_pod(status)])
+    assert shown in state.message
+    assert "running" not in state.message
+
+
+def test_a_running_profiler_pod_is_still_shown_as_running() -> None:
+    from specdeploy.operator.observed import job_state
+
+    assert (
+        "1 profiler pod(s) running"
+        in job_state(_job_active(), [_pod({"phase": "Running"})]).message
+    )

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 from specdeploy.operator.api import (
     GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
     SpeculativeDeploymentSpec,
 )
 from specdeploy.operator.builders.common import (
@@ -51,6 +50,7 @@ from specdeploy.operator.builders.pod import (
     CACHE_MOUNT,
     CACHE_VOLUME,
     cache_env,
+    container_resources,
     container_security,
     hf_token_env,
     pod_security,
@@ -161,7 +161,6 @@ def _probe(period: int, failures: int) -> dict[str, object]:
 
 
 def _container(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, object]:
-    gpus = str(pool.gpus_per_replica)
     return {
         "name": CONTAINER,
         "image": spec.vllm.image,
@@ -172,7 +171,7 @@ def _container(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, 
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+        "resources": container_resources(spec, pool.gpus_per_replica),
         # Model loading takes minutes: the startup probe holds the other two off.
         "startupProbe": _probe(10, 180),
         "readinessProbe": _probe(5, 3),

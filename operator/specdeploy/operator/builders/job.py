@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from specdeploy.operator.api import (
     GPU_PRODUCT_LABEL,
-    GPU_RESOURCE,
     ProfilerBackend,
     SpeculativeDeploymentSpec,
 )
@@ -34,6 +33,7 @@ from specdeploy.operator.builders.pod import (
     CACHE_MOUNT,
     CACHE_VOLUME,
     cache_env,
+    container_resources,
     container_security,
     hf_token_env,
     pod_security,
@@ -127,7 +127,6 @@ def job_labels(job: ProfilingJob) -> dict[str, str]:
 
 
 def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, object]:
-    gpus = str(job.fingerprint.gpus_per_replica)
     env: list[dict[str, object]] = [
         {"name": ENV_NAMESPACE, "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": ENV_NAME, "value": job.profile_name},
@@ -147,7 +146,7 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
         "command": ["specdeploy"],
         "args": profiler_args(spec, job.fingerprint),
         "env": env,
-        "resources": {"limits": {GPU_RESOURCE: gpus}, "requests": {GPU_RESOURCE: gpus}},
+        "resources": container_resources(spec, job.fingerprint.gpus_per_replica),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [CACHE_MOUNT],
         "securityContext": container_security(),

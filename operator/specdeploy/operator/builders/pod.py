@@ -4,9 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from specdeploy.operator.api import SpeculativeDeploymentSpec
+from specdeploy.operator.api import GPU_RESOURCE, ResourceAmounts, SpeculativeDeploymentSpec
 
 HF_TOKEN_ENV = "HF_TOKEN"
+DEFAULT_CPU_PER_GPU = 4
+DEFAULT_MEMORY_REQUEST_GI_PER_GPU = 16
+DEFAULT_MEMORY_LIMIT_GI_PER_GPU = 64
+
+
+def _amounts(given: ResourceAmounts | None) -> dict[str, str]:
+    if given is None:
+        return {}
+    return {k: v for k, v in (("cpu", given.cpu), ("memory", given.memory)) if v is not None}
+
+
+def container_resources(spec: SpeculativeDeploymentSpec, gpus: int) -> dict[str, object]:
+    """Requests and limits of the vLLM container: the GPUs, plus CPU and memory (review M8).
+
+    The spec's ``vllm.resources`` as given, or per-GPU defaults (``ContainerResources``
+    says why there is no CPU limit by default).
+    """
+    given = spec.vllm.resources
+    if given is None:
+        requests = {
+            "cpu": str(DEFAULT_CPU_PER_GPU * gpus),
+            "memory": f"{DEFAULT_MEMORY_REQUEST_GI_PER_GPU * gpus}Gi",
+        }
+        limits = {"memory": f"{DEFAULT_MEMORY_LIMIT_GI_PER_GPU * gpus}Gi"}
+    else:
+        requests, limits = _amounts(given.requests), _amounts(given.limits)
+    return {
+        "limits": {**limits, GPU_RESOURCE: str(gpus)},
+        "requests": {**requests, GPU_RESOURCE: str(gpus)},
+    }
 
 
 def hf_token_env(spec: SpeculativeDeploymentSpec) -> list[dict[str, object]]:

@@ -63,15 +63,61 @@ def profiler_role_binding(namespace: str) -> Manifest:
     }
 
 
+CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
+"""On every kind the operator makes: watched, read, created (a POST, or an apply that
+creates: the API server checks ``create`` inside that PATCH), patched (applies, owner
+joins), deleted when no longer wanted. No ``update``: the operator never PUTs."""
+NAMESPACED_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (GROUP, (PLURAL,), ("get", "list", "watch")),
+    (GROUP, (PROFILE_PLURAL,), ("list", "watch", *PROFILER_VERBS)),
+    (GROUP, (f"{PLURAL}/status", f"{PROFILE_PLURAL}/status"), ("patch",)),
+    (GROUP, (f"{PLURAL}/finalizers",), ("update",)),
+    ("", ("pods",), ("list",)),
+    ("", ("events",), ("create",)),
+    ("", ("configmaps", "serviceaccounts"), CHILD_VERBS),
+    ("", ("services",), tuple(v for v in CHILD_VERBS if v != "delete")),
+    ("apps", ("deployments",), CHILD_VERBS),
+    ("batch", ("jobs",), CHILD_VERBS),
+    ("policy", ("poddisruptionbudgets",), CHILD_VERBS),
+    ("rbac.authorization.k8s.io", ("roles", "rolebindings"), CHILD_VERBS),
+)
+"""What the operator does inside the namespaces it serves, verb by verb (the audit log of
+the e2e suite shows each used, ``e2e/tests/cluster/test_operator_least_privilege.py``):
+its deployments read; profiles listed and watched, and the profiler's own verbs held
+so that it may grant them (RBAC refuses to grant what the granter lacks); status
+patched; ``finalizers`` update, checked by the API server when an owner reference sets
+blockOwnerDeletion; pods listed for the pools' status; Events created. A pool's
+Service lives as long as its deployment (the garbage collector removes it), so the
+operator never deletes one."""
+NODE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("", ("nodes",), ("list", "watch")),
+)
+"""The one cluster-scoped read every mode needs: the GPU nodes discovery counts."""
+CLUSTER_RULES = (
+    *NODE_RULES,
+    ("apiextensions.k8s.io", ("customresourcedefinitions",), ("list", "watch")),
+)
+"""Cluster-wide, kopf also scans the CRDs, so that a CRD installed after the operator
+starts is still served (the namespaced mode turns scanning off)."""
+
+
+def _rules(
+    table: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...],
+) -> list[dict[str, list[str]]]:
+    return [
+        {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+        for group, resources, verbs in table
+    ]
+
+
 def leader_election_rules(lease: str = OPERATOR_LEASE) -> list[dict[str, list[str]]]:
     """The Lease the operator's replicas elect a leader with: read and renew that one only.
 
     RBAC cannot restrict ``create`` by name (the name is not known before the
     object exists), so ``create`` covers leases in general and ``get`` and
-    ``update`` only the named one; no ``list``, ``watch``, ``patch`` or
-    ``delete``, which the election never uses. Bound through a RoleBinding
-    in the operator's namespace instead of the ClusterRoleBinding, the same
-    rules confine it to that namespace too.
+    ``update`` only the named one (``--leader-election-id``); no ``list``,
+    ``watch``, ``patch`` or ``delete``, which the election never uses. In a
+    Role (the namespaced mode) the same rules are confined to its namespace.
     """
     group = "coordination.k8s.io"
     return [
@@ -88,65 +134,36 @@ def leader_election_rules(lease: str = OPERATOR_LEASE) -> list[dict[str, list[st
 def operator_cluster_role(
     name: str = "specdeploy-operator", *, lease: str = OPERATOR_LEASE
 ) -> Manifest:
-    """What the operator itself needs (for the chart): its kinds, children, nodes, events,
-    and its leader election's Lease (``lease``: ``--leader-election-id``).
-
-    It may grant the profiler's permissions because it holds them itself
-    (RBAC forbids escalation), and it sets blockOwnerDeletion, which needs
-    ``update`` on its resources' finalizers.
-    """
-    rules = [
-        {
-            "apiGroups": [GROUP],
-            "resources": [PLURAL, PROFILE_PLURAL],
-            "verbs": ["get", "list", "watch"],
-        },
-        {
-            "apiGroups": [GROUP],
-            "resources": [f"{PLURAL}/status", f"{PROFILE_PLURAL}/status"],
-            "verbs": ["get", "patch", "update"],
-        },
-        {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
-        {"apiGroups": [GROUP], "resources": [PROFILE_PLURAL], "verbs": list(PROFILER_VERBS)},
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-        {
-            "apiGroups": [""],
-            "resources": ["configmaps", "services", "serviceaccounts"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["apps"],
-            "resources": ["deployments"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["batch"],
-            "resources": ["jobs"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["policy"],
-            "resources": ["poddisruptionbudgets"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["rbac.authorization.k8s.io"],
-            "resources": ["roles", "rolebindings"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["apiextensions.k8s.io"],
-            "resources": ["customresourcedefinitions"],
-            "verbs": ["get", "list", "watch"],
-        },
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
-        *leader_election_rules(lease),
-    ]
+    """What the operator needs watching the whole cluster (the chart's default), with its
+    leader election's Lease (``lease``) in any namespace (its own, by default)."""
     return {
         "apiVersion": RBAC_API,
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {MANAGED_BY[0]: MANAGED_BY[1]}},
-        "rules": rules,
+        "rules": _rules(NAMESPACED_RULES + CLUSTER_RULES) + leader_election_rules(lease),
     }
+
+
+def operator_namespaced_roles(
+    namespace: str, name: str = "specdeploy-operator", *, lease: str = OPERATOR_LEASE
+) -> list[Manifest]:
+    """The namespaced mode (``specdeploy operator run --namespace NS``): a Role in ``namespace``
+    for everything the operator does there, its Lease included (watching one namespace,
+    the operator elects its leader there unless told otherwise), and a ClusterRole to
+    read nodes alone (a Role cannot grant a cluster-scoped kind). Its CRDs must exist
+    before it starts: with named namespaces kopf does not scan for CRDs."""
+    labels = {MANAGED_BY[0]: MANAGED_BY[1]}
+    return [
+        {
+            "apiVersion": RBAC_API,
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "rules": _rules(NAMESPACED_RULES) + leader_election_rules(lease),
+        },
+        {
+            "apiVersion": RBAC_API,
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{name}-cluster-reads", "labels": labels},
+            "rules": _rules(NODE_RULES),
+        },
+    ]

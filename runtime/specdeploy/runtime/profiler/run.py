@@ -44,7 +44,7 @@ from specdeploy.runtime.profiler.search import (
     run_search,
 )
 from specdeploy.runtime.profiler.termination import write_termination_message
-from specdeploy.runtime.profiler.writer import ApiWriter, FileWriter, ProfileWriter
+from specdeploy.runtime.profiler.writer import ApiWriter, FileWriter, ProfileWriter, recoverable
 from specdeploy.runtime.schedule import format_schedule
 
 if TYPE_CHECKING:
@@ -347,7 +347,7 @@ def execute(
         backend = (backend_factory or make_backend)(options)
         progress = Progress(err_stream, interval_s=options.progress_interval_s)
         outcome = profile(options, backend, progress)
-        places = [writer.write(outcome.profile) for writer in writers]
+        places = _write_all(writers, outcome.profile)
         if options.output.raw is not None:
             options.output.raw.write_text(json.dumps(raw_document(options, outcome), indent=1))
         progress.finish(_summary(outcome, places))
@@ -359,6 +359,16 @@ def execute(
     finally:
         if backend is not None:
             backend.close()
+
+
+def _write_all(writers: list[ProfileWriter], doc: SpeculationProfile) -> list[str]:
+    """Write to each place; a write that fails leaves the profile in the log (review H5)."""
+    try:
+        return [writer.write(doc) for writer in writers]
+    except Exception:
+        sys.stdout.write(recoverable(doc))
+        sys.stdout.flush()
+        raise
 
 
 def _summary(outcome: Outcome, places: list[str]) -> str:

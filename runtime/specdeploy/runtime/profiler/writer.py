@@ -22,7 +22,15 @@ backing off from 1 s to 30 s, through an unreachable or overloaded server
 and through 401/403 too - the access check passed before any measuring, so
 a refusal of our identity now is a token rotation or an API server still
 starting, not missing RBAC. Only answers about the document itself (400,
-404, 405, 422) fail at once.
+404, 405, 422) fail at once. If it gives up all the same, ``recoverable``
+prints the whole profile between two marker lines on stdout, so the
+measurement survives in the pod's log instead of being measured again:
+``kubectl logs job/NAME | sed -n '/BEGIN SPECDEPLOY/,/END SPECDEPLOY/{//!p}' |
+kubectl apply -f -`` (profiles/README.md).
+
+The access check before measuring asks again for up to ``ACCESS_PATIENCE_S``
+when it is denied: the operator creates the RoleBinding in the same
+reconcile as the Job, and the authorizer's cache may lag it for a moment.
 """
 
 from __future__ import annotations
@@ -55,6 +63,15 @@ PATIENCE_S = 600.0
 """How long the final write keeps trying through transient failures."""
 PATIENT_DELAYS = (1.0, 30.0)
 """First and largest pause between the final write's tries (doubling)."""
+ACCESS_PATIENCE_S = 60.0
+"""How long a denied access check is asked again before it fails deterministically."""
+BEGIN_MARKER = "-----BEGIN SPECDEPLOY PROFILE-----"
+END_MARKER = "-----END SPECDEPLOY PROFILE-----"
+
+
+def recoverable(doc: SpeculationProfile) -> str:
+    """The profile as YAML between the markers: what a failed final write leaves in the log."""
+    return f"{BEGIN_MARKER}\n{dump_profile(doc).rstrip()}\n{END_MARKER}\n"
 
 
 class KubeUnavailable(RuntimeError):
@@ -150,21 +167,37 @@ class ApiWriter:
         self.clock = clock
         self.log = log or (lambda line: print(f"specdeploy profile: {line}", file=sys.stderr))
 
-    def check_access(self) -> None:
-        """Fail now, deterministically, when RBAC would refuse the write later."""
+    def check_access(self, patience: float | None = None) -> None:
+        """Fail now, deterministically, when RBAC would refuse the write later.
+
+        A denial is asked again for ``patience`` seconds (the module docstring says why).
+        """
+        deadline = self.clock() + (ACCESS_PATIENCE_S if patience is None else patience)
+        delay = PATIENT_DELAYS[0]
+        while True:
+            denied = self._denied_verbs()
+            if not denied:
+                return
+            if self.clock() + delay > deadline:
+                raise output_rejected(
+                    f"this service account may not {'/'.join(denied)} {PLURAL}.{GROUP} "
+                    f"in namespace {self.namespace} (needs {', '.join(VERBS)})"
+                )
+            verbs = "/".join(denied)
+            self.log(f"not yet allowed to {verbs} {PLURAL}; asking again in {delay:.0f}s")
+            self.sleep(delay)
+            delay = min(PATIENT_DELAYS[1], delay * 2)
+
+    def _denied_verbs(self) -> list[str]:
         denied = []
         for verb in VERBS:
             response = self._send(access_review(self.namespace, verb))
             if response.status == 404:
-                return  # no authorization API to ask (a bare test server): find out on write
+                return []  # no authorization API to ask (a bare test server): find out on write
             self._raise_if_refused(response, f"access review for {verb}")
             if not (response.body.get("status") or {}).get("allowed", False):
                 denied.append(verb)
-        if denied:
-            raise output_rejected(
-                f"this service account may not {'/'.join(denied)} {PLURAL}.{GROUP} "
-                f"in namespace {self.namespace} (needs {', '.join(VERBS)})"
-            )
+        return denied
 
     def write(self, doc: SpeculationProfile) -> str:
         """``write_once``, tried again through transient failures for ``patience`` seconds."""

@@ -83,3 +83,59 @@ def test_it_gives_up_after_its_patience_as_a_transient_failure() -> None:
     with pytest.raises(KubeUnavailable, match="gave up writing the profile"):
         writer(api, clock, patience=120.0).write(DOC)
     assert 90 <= clock.now <= 150
+
+
+def test_a_denied_access_check_is_asked_again_before_it_fails() -> None:
+    """Review H5: the operator creates the RoleBinding in the reconcile that creates the
+    Job; an authorizer a moment behind denied the first review and the Job failed for good."""
+    clock = Clock()
+    answers = iter([False, False, False, True, True, True])
+
+    class Reviews:
+        def exchange(self, method: str, path: str, **_: Any) -> tuple[int, bytes]:
+            return 201, json.dumps({"status": {"allowed": next(answers)}}).encode()
+
+    w = ApiWriter(Reviews(), "ns", name="p", sleep=clock.sleep, clock=clock, log=lambda _: None)
+    w.check_access()
+    assert 0 < clock.now < 60
+
+
+def test_a_denial_that_lasts_fails_deterministically_after_a_minute() -> None:
+    clock = Clock()
+
+    class Denied:
+        def exchange(self, method: str, path: str, **_: Any) -> tuple[int, bytes]:
+            return 201, json.dumps({"status": {"allowed": False}}).encode()
+
+    w = ApiWriter(Denied(), "ns", name="p", sleep=clock.sleep, clock=clock, log=lambda _: None)
+    with pytest.raises(DeterministicFailure):
+        w.check_access()
+    assert 30 <= clock.now <= 60
+
+
+def test_a_final_write_that_gives_up_leaves_the_whole_profile_in_the_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Review H5: hours of measurement were lost with the pod; now the log keeps them."""
+    import yaml
+
+    from specdeploy.runtime.profiler import run
+    from specdeploy.runtime.profiler.writer import BEGIN_MARKER, END_MARKER
+
+    class Failing:
+        def write(self, doc: Any) -> str:
+            raise KubeUnavailable("the API server is gone")
+
+    with pytest.raises(KubeUnavailable):
+        run._write_all([Failing()], DOC)
+    out = capsys.readouterr().out
+    inside = out.split(BEGIN_MARKER, 1)[1].split(END_MARKER, 1)[0]
+    assert load_profile_text(inside) == yaml.safe_load(
+        yaml.safe_dump(DOC.to_document(), sort_keys=True)
+    )
+
+
+def load_profile_text(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)

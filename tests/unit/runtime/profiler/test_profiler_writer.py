@@ -20,6 +20,7 @@ from specdeploy.cli import main
 from specdeploy.runtime.kube.client import Client
 from specdeploy.runtime.kube.config import in_cluster
 from specdeploy.runtime.kube.requests import Request
+from specdeploy.runtime.profiler import writer as writer_module
 from specdeploy.runtime.profiler.exit_codes import ExitCode
 from specdeploy.runtime.profiler.writer import ApiWriter, access_review, replaced
 
@@ -183,7 +184,10 @@ def test_flags_override_the_environment(tmp_path: Path, pod: FakeApi) -> None:
     assert "is the SpeculationProfile CRD installed?" in (tmp_path / "termination-log").read_text()
 
 
-def test_missing_rbac_fails_before_profiling(tmp_path: Path, pod: FakeApi) -> None:
+def test_missing_rbac_fails_before_profiling(
+    tmp_path: Path, pod: FakeApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_module, "ACCESS_PATIENCE_S", 0.0)  # asked once, not for a minute
     pod.allowed["update"] = False
     assert _profile(tmp_path) == ExitCode.OUTPUT_REJECTED
     assert [p for _, p, _ in pod.requests] == [SSAR] * 3  # nothing measured, nothing written
