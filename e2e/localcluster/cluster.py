@@ -23,10 +23,11 @@ import ssl
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from e2e.localcluster import (
     audit,
@@ -208,25 +209,49 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
     log(f"dev: installed {len(manifests)} CRD manifest(s) from {crds}")
 
 
-def operator_component(layout: Layout, ports: Ports, watched: str | None = None) -> Component:
+OPERATOR = "operator"
+"""The component name of the cluster's own operator (``start_operator``'s default)."""
+
+
+def operator_component(
+    layout: Layout,
+    ports: Ports,
+    watched: str | None = None,
+    *,
+    name: str = OPERATOR,
+    liveness_port: int | None = None,
+    metrics_port: int | None = None,
+    kubeconfig_path: Path | None = None,
+    launcher: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+) -> Component:
     """The operator as a local process; its log has one line per reconcile (``--log-level``).
 
     It logs in as its own ServiceAccount with the ClusterRole it generates
     (``identity.install`` wrote the kubeconfig), never as the cluster's admin.
     It reads the cluster's Prometheus (``SPECDEPLOY_PROMETHEUS_URL``) for a deployment
     whose spec names none, as an operator installed beside a cluster's Prometheus would.
+    The keywords make a second operator beside it (two replicas, an upgrade's
+    skewed build): a component name and ports of its own, another identity
+    (``kubeconfig_path``), another way to start the same CLI (``launcher``,
+    default ``python -m specdeploy``), more flags.
     """
-    url = f"http://127.0.0.1:{ports.operator}/healthz"
-    argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
-    argv += [f"--metrics-port={ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
+    url = f"http://127.0.0.1:{liveness_port or ports.operator}/healthz"
+    start = list(launcher) or [sys.executable, "-m", "specdeploy"]
+    argv = [*start, "operator", "run", f"--liveness={url}"]
+    argv += [f"--metrics-port={metrics_port or ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
     if watched is not None:
         argv.append(f"--namespace={watched}")
+    argv += extra_args
     env = {
-        "KUBECONFIG": str(layout.kubeconfig("operator")),
+        "KUBECONFIG": str(kubeconfig_path or layout.kubeconfig("operator")),
+        # What the chart's downward API gives the pod: its own namespace, where the
+        # leader election's Lease lives (watching one namespace, the Lease is there).
+        "POD_NAMESPACE": identity.NAMESPACE,
         "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
     }
-    return Component("operator", argv, url, "none", env)
+    return Component(name, argv, url, "none", env)
 
 
 def standin_component(layout: Layout) -> Component:
@@ -352,13 +377,24 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
     prometheus.write_config(components.prometheus_config(layout), config)
 
 
-def start_operator(cluster: Cluster, *, log: Log = print, watched: str | None = None) -> None:
+def start_operator(
+    cluster: Cluster, *, log: Log = print, watched: str | None = None, **variant: Any
+) -> None:
     """Start the operator against ``cluster`` under its own identity (``identity.py``);
     Prometheus scrapes its ``/metrics`` meanwhile. ``watched``: the namespaced mode
-    (``--namespace``, a Role there), for that one namespace."""
-    identity.install(cluster.api(), cluster.layout, cluster.state.server, watched)
-    component = operator_component(cluster.layout, cluster.state.ports, watched)
+    (``--namespace``, a Role there), for that one namespace.
+
+    ``variant``: ``operator_component``'s keywords, for a second operator (another
+    name and ports; with ``kubeconfig_path``, an identity of the caller's making),
+    which Prometheus does not scrape. It returns once the process is live, which,
+    with leader election, may be while it stands by.
+    """
+    if variant.get("kubeconfig_path") is None:
+        identity.install(cluster.api(), cluster.layout, cluster.state.server, watched)
+    component = operator_component(cluster.layout, cluster.state.ports, watched, **variant)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
+    if component.name != OPERATOR:
+        return
     address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"
     groups = prometheus.operator_target_groups(address)
     prometheus.write_targets(cluster.prometheus_targets, prometheus.OPERATOR_TARGETS, groups)

@@ -1,8 +1,11 @@
 """``specdeploy operator``: run the controller, or regenerate and check its CRDs.
 
-* ``run [--namespace NS ...] [--kubeconfig FILE] [--context NAME] [--metrics-port N]``:
+* ``run [--namespace NS ...] [--kubeconfig FILE] [--context NAME] [--metrics-port N]
+  [--leader-elect[=BOOL]] [--leader-election-namespace NS] [--leader-election-id NAME]``:
   start the kopf operator (whole cluster by default), connected as kubectl
   would be, with its Prometheus ``/metrics`` on port 9401 unless told otherwise.
+  It acts only while it holds the leader Lease (``--leader-elect=false``: at once,
+  alone; for one dev process).
 * ``crds [--out DIR] [--check]``: write ``crds/`` from the API models; with
   ``--check`` write nothing and exit 1 when the files are stale.
 * ``rbac``: print the ClusterRole the operator needs (for the chart).
@@ -21,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_METRICS_PORT = 9401
 """``specdeploy.operator.metrics.DEFAULT_PORT``, repeated so that building the parser
 imports no operator code (a unit test holds them equal)."""
+DEFAULT_LEASE = "specdeploy-operator"
+"""``specdeploy.operator.naming.OPERATOR_LEASE``, repeated for the same reason."""
+TRUE = ("true", "1", "yes", "on")
+FALSE = ("false", "0", "no", "off")
 
 
 def register(subparsers: Any) -> None:
@@ -53,6 +60,7 @@ def register(subparsers: Any) -> None:
         default="info",
         help="specdeploy's own log level (debug: one line per reconcile); kopf's stays info",
     )
+    _election_arguments(run)
     run.set_defaults(handler=_run)
 
     crds = sub.add_parser("crds", help="write the CRDs generated from the API models")
@@ -68,7 +76,71 @@ def register(subparsers: Any) -> None:
         help="the namespaced mode: a Role in NAMESPACE, plus a ClusterRole of cluster-scoped "
         "reads only (nodes, CRDs); run the operator with the same --namespace",
     )
+    rbac.add_argument(
+        "--leader-election-id",
+        default=DEFAULT_LEASE,
+        help=f"the Lease the role may renew (default {DEFAULT_LEASE})",
+    )
     rbac.set_defaults(handler=_rbac)
+
+
+def _election_arguments(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group("leader election (a Lease in coordination.k8s.io)")
+    group.add_argument(
+        "--leader-elect",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=True,
+        metavar="BOOL",
+        help="act only while holding the leader Lease (default true; false: act at once)",
+    )
+    group.add_argument(
+        "--no-leader-elect",
+        dest="leader_elect",
+        action="store_false",
+        help="the same as --leader-elect=false: one process alone, e.g. for development",
+    )
+    group.add_argument(
+        "--leader-election-namespace",
+        help="the Lease's namespace (default $POD_NAMESPACE, the ServiceAccount's, "
+        "the kubeconfig context's, else default)",
+    )
+    group.add_argument(
+        "--leader-election-id",
+        default=DEFAULT_LEASE,
+        help=f"the Lease's name (default {DEFAULT_LEASE}); replicas that share it elect one",
+    )
+    for flag, default, what in (
+        ("--leader-elect-lease-duration", 15, "how long a standby waits on a silent leader"),
+        ("--leader-elect-renew-deadline", 10.0, "how long a leader may fail to renew"),
+        ("--leader-elect-retry-period", 2.0, "how often leaders renew and standbys try"),
+    ):
+        group.add_argument(
+            flag,
+            type=int if isinstance(default, int) else _seconds,
+            default=default,
+            metavar="SECONDS",
+            help=f"{what} (default {default})",
+        )
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in TRUE:
+        return True
+    if text.lower() in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text.removesuffix("s"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: seconds must be > 0")
+    return value
 
 
 def _port(text: str) -> int:
@@ -86,7 +158,9 @@ def _run(args: argparse.Namespace) -> int:
     from specdeploy.operator.main import run
 
     config = Config(profiler_image=args.profiler_image) if args.profiler_image else Config()
+    election = _election(args)
     run(
+        election=election,
         namespaces=args.namespace,
         config=config,
         resync_seconds=args.resync_seconds,
@@ -98,6 +172,27 @@ def _run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     return 0
+
+
+def _election(args: argparse.Namespace) -> Any:
+    """The run's ``main.Election`` (None without leader election); bad timings exit 2."""
+    from specdeploy.operator.leader import Timing
+    from specdeploy.operator.main import Election
+
+    if not args.leader_elect:
+        return None
+    try:
+        timing = Timing(
+            lease_duration=args.leader_elect_lease_duration,
+            renew_deadline=args.leader_elect_renew_deadline,
+            retry_period=args.leader_elect_retry_period,
+        )
+    except ValueError as err:
+        print(f"specdeploy operator run: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    return Election(
+        namespace=args.leader_election_namespace, name=args.leader_election_id, timing=timing
+    )
 
 
 def _crds(args: argparse.Namespace) -> int:
@@ -116,9 +211,10 @@ def _crds(args: argparse.Namespace) -> int:
 def _rbac(args: argparse.Namespace) -> int:
     from specdeploy.operator.builders.rbac import operator_cluster_role, operator_namespaced_roles
 
+    lease = args.leader_election_id
     if args.namespace:
-        docs = operator_namespaced_roles(args.namespace)
+        docs = operator_namespaced_roles(args.namespace, lease=lease)
         sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
     else:
-        sys.stdout.write(yaml.safe_dump(operator_cluster_role(), sort_keys=False))
+        sys.stdout.write(yaml.safe_dump(operator_cluster_role(lease=lease), sort_keys=False))
     return 0

@@ -21,6 +21,7 @@ registers leaks onto the endpoint.
 ``specdeploy_operator_telemetry_last_cycle_timestamp_seconds``         when it ended
 ``specdeploy_operator_deployments``                                    SpeculativeDeployments seen
 ``specdeploy_operator_pools``                                          pools in their status
+``specdeploy_operator_leader``                                         1 leading, 0 standing by
 =====================================================================  =========================
 
 Outcomes: ``ok`` the reconcile finished (with or without writes);
@@ -29,7 +30,12 @@ Outcomes: ``ok`` the reconcile finished (with or without writes);
 the reconcile raised. A write's ``verb`` is the API server's (create,
 update, patch, apply, delete), ``kind`` the object's, ``subresource``
 ``status`` for status writes and empty otherwise; writes are counted when
-sent, whatever the answer. A telemetry cycle is a tick of the loop that
+sent, whatever the answer (the leader election's Lease requests go through
+a client of their own and are not counted). ``leader`` is 1 while this
+process holds the leader Lease and acts (always 1 with ``--leader-elect=false``),
+0 while it stands by: its ``/metrics`` is served either way, so
+``sum(specdeploy_operator_leader)`` is the number of acting operators (1).
+A telemetry cycle is a tick of the loop that
 read at least one deployment's interval.
 
 Derived rates, for dashboards and alerts::
@@ -205,6 +211,11 @@ class OperatorMetrics:
         self.pools = Gauge(
             PREFIX + "pools", "Pools in the SpeculativeDeployments' status", registry=r
         )
+        self.leader = Gauge(
+            PREFIX + "leader",
+            "1 while this process holds the leader Lease and acts, 0 while it stands by",
+            registry=r,
+        )
         # Every outcome and problem exists at 0 from the start, so rate() and
         # alerts see the first failure as a change rather than a new series.
         for outcome in Outcome:
@@ -245,6 +256,10 @@ class OperatorMetrics:
         """The deployments one list returned: how many, and their pools."""
         self.deployments.set(len(bodies))
         self.pools.set(pools_of(bodies))
+
+    @_never_raises
+    def leading(self, leads: bool) -> None:
+        self.leader.set(1 if leads else 0)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Start ``/metrics`` in a daemon thread (not kopf's loop); return the server.

@@ -19,6 +19,8 @@ _LABEL_INVALID = re.compile(r"[^A-Za-z0-9._-]+")
 
 PROFILER_ACCOUNT = "specdeploy-profiler"
 """ServiceAccount, Role and RoleBinding shared by the profiling Jobs of a namespace."""
+OPERATOR_LEASE = "specdeploy-operator"
+"""The Lease the operator's replicas elect their leader with (``--leader-election-id``)."""
 
 
 def short_hash(text: str, chars: int = _HASH_CHARS) -> str:

@@ -58,6 +58,7 @@ FAMILIES = {
     "specdeploy_operator_telemetry_cycle_seconds",
     "specdeploy_operator_telemetry_last_cycle_timestamp_seconds",
     "specdeploy_operator_deployments",
+    "specdeploy_operator_leader",
     "specdeploy_operator_pools",
 }
 

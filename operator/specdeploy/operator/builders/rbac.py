@@ -16,7 +16,7 @@ from specdeploy.operator.builders.common import (
     PROFILING,
     Manifest,
 )
-from specdeploy.operator.naming import PROFILER_ACCOUNT
+from specdeploy.operator.naming import OPERATOR_LEASE, PROFILER_ACCOUNT
 
 PROFILER_VERBS = ("create", "get", "update", "patch")
 RBAC_API = "rbac.authorization.k8s.io/v1"
@@ -111,28 +111,55 @@ def _rules(
     ]
 
 
-def operator_cluster_role(name: str = "specdeploy-operator") -> Manifest:
-    """What the operator needs watching the whole cluster (the chart's default)."""
+def leader_election_rules(lease: str = OPERATOR_LEASE) -> list[dict[str, list[str]]]:
+    """The Lease the operator's replicas elect a leader with: read and renew that one only.
+
+    RBAC cannot restrict ``create`` by name (the name is not known before the
+    object exists), so ``create`` covers leases in general and ``get`` and
+    ``update`` only the named one (``--leader-election-id``); no ``list``,
+    ``watch``, ``patch`` or ``delete``, which the election never uses. In a
+    Role (the namespaced mode) the same rules are confined to its namespace.
+    """
+    group = "coordination.k8s.io"
+    return [
+        {"apiGroups": [group], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": [group],
+            "resources": ["leases"],
+            "resourceNames": [lease],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+def operator_cluster_role(
+    name: str = "specdeploy-operator", *, lease: str = OPERATOR_LEASE
+) -> Manifest:
+    """What the operator needs watching the whole cluster (the chart's default), with its
+    leader election's Lease (``lease``) in any namespace (its own, by default)."""
     return {
         "apiVersion": RBAC_API,
         "kind": "ClusterRole",
         "metadata": {"name": name, "labels": {MANAGED_BY[0]: MANAGED_BY[1]}},
-        "rules": _rules(NAMESPACED_RULES + CLUSTER_RULES),
+        "rules": _rules(NAMESPACED_RULES + CLUSTER_RULES) + leader_election_rules(lease),
     }
 
 
-def operator_namespaced_roles(namespace: str, name: str = "specdeploy-operator") -> list[Manifest]:
+def operator_namespaced_roles(
+    namespace: str, name: str = "specdeploy-operator", *, lease: str = OPERATOR_LEASE
+) -> list[Manifest]:
     """The namespaced mode (``specdeploy operator run --namespace NS``): a Role in ``namespace``
-    for everything the operator does there, and a ClusterRole to read nodes alone (a
-    Role cannot grant a cluster-scoped kind). Its CRDs must exist before it starts:
-    with named namespaces kopf does not scan for CRDs."""
+    for everything the operator does there, its Lease included (watching one namespace,
+    the operator elects its leader there unless told otherwise), and a ClusterRole to
+    read nodes alone (a Role cannot grant a cluster-scoped kind). Its CRDs must exist
+    before it starts: with named namespaces kopf does not scan for CRDs."""
     labels = {MANAGED_BY[0]: MANAGED_BY[1]}
     return [
         {
             "apiVersion": RBAC_API,
             "kind": "Role",
             "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "rules": _rules(NAMESPACED_RULES),
+            "rules": _rules(NAMESPACED_RULES) + leader_election_rules(lease),
         },
         {
             "apiVersion": RBAC_API,
