@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             cluster.down(args.workdir, log=lambda _m: None)
-    data = records.write(result, args.out, specs=len(chosen))
+    data = records.write(result, args.out, specs=len(chosen), audit_log=running.layout.audit_log)
     if args.save_failures is not None:
         for path in records.save_failures(result, chosen, args.save_failures):
             print(f"fuzz: saved {path}")

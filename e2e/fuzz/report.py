@@ -10,7 +10,9 @@ from typing import Any
 import yaml
 
 from e2e.fuzz import known as known_defects
+from e2e.fuzz import oracle
 from e2e.fuzz.runner import Outcome, Report
+from e2e.localcluster import audit
 
 Obj = dict[str, Any]
 
@@ -46,8 +48,36 @@ def summary(report: Report, *, specs: int) -> Obj:
     }
 
 
-def write(report: Report, out: Path, *, specs: int, stem: str = "fuzz_specs") -> Obj:
+def refused_retry_peak(audit_log: Path, prefix: str) -> Obj:
+    """I8 (review §5.2) over the run: the fastest-retried refusal of an operator write,
+    before the harness deleted the batch's namespace (a terminating namespace refuses
+    every create with 403, which is the harness's doing)."""
+    writes = list(audit.read_writes(audit_log))
+    deleted = {
+        w.name: w.at
+        for w in writes
+        if w.resource == "namespaces" and w.verb == "delete" and w.name.startswith(prefix + "-")
+    }
+    return oracle.retry_peak(
+        (f"{w.namespace}/{w.name}", w.what, w.at.timestamp(), w.code)
+        for w in writes
+        if w.namespace.startswith(prefix + "-")
+        and w.user_agent == audit.OPERATOR_USER_AGENT
+        and (w.namespace not in deleted or w.at < deleted[w.namespace])
+    )
+
+
+def write(
+    report: Report,
+    out: Path,
+    *,
+    specs: int,
+    audit_log: Path | None = None,
+    stem: str = "fuzz_specs",
+) -> Obj:
     data = summary(report, specs=specs)
+    if audit_log is not None:
+        data["refusedRetryPeak"] = refused_retry_peak(audit_log, report.prefix)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     (out / f"{stem}.md").write_text(markdown(data))
@@ -89,6 +119,15 @@ def markdown(data: Obj) -> str:
     ]
     lines += [f"- `{k}`: {v}" for k, v in data["knownDefects"].items()]
     lines += [f"- {v}" for v in data["knownDefectViolations"][:20]]
+    peak = data.get("refusedRetryPeak")
+    if peak and peak.get("object"):
+        lines += [
+            "",
+            f"Retries of a refused write (review §5.2 I8, <= 2/min; reported, not judged): "
+            f"the fastest was {peak['object']}, refused {peak['refusals']} times at "
+            f"{peak['perMinute']}/min: the retries follow every event that reconciles the "
+            "deployment (its namespace's Jobs, Services, profiles), not only its backoff.",
+        ]
     for title, key in (
         ("Valid=False by reason", "validFalseByReason"),
         ("Valid=False by field", "validFalseByField"),

@@ -111,3 +111,11 @@ def test_a_saved_case_gets_the_verdict_its_fixture_expects_from_validate(
     else:
         assert not verdict.valid
         assert any(p.message.startswith(str(case.field)) for p in verdict.problems)
+
+
+def test_the_retry_peak_is_the_fastest_retried_refusal() -> None:
+    writes = [("ns/d", "patch deployments", float(t), 400) for t in (0, 1, 2, 3)]
+    writes += [("ns/c", "patch configmaps", float(t), 422) for t in (0, 30, 60)]
+    writes += [("ns/s", "patch services", float(t), 200) for t in (0, 0.1, 0.2)]
+    peak = oracle.retry_peak(writes)
+    assert peak == {"object": "patch deployments ns/d", "refusals": 4, "perMinute": 60.0}
