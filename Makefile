@@ -13,7 +13,7 @@ CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
 .PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench \
-	crds cluster-up cluster-down clean
+	crds cluster-up cluster-down clean fuzz
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,11 @@ bench: $(STAMP)
 # CRD manifests from the operator's API models (a unit test fails when stale).
 crds: $(STAMP)
 	$(BIN)/python -m specdeploy operator crds
+
+# The API fuzz (issue 15 F1, F3): 1,000 generated specs against a local control plane
+# with the operator, recorded in bench/results/fuzz_specs.{json,md} (make test runs 200).
+fuzz: $(STAMP) cluster-bins
+	$(BIN)/python -m e2e.fuzz --specs 1000 --out bench/results
 
 cluster-up: $(STAMP) cluster-bins
 	$(BIN)/specdeploy dev up

@@ -115,11 +115,21 @@ class ProfilerBackend(StrEnum):
     SIM = "sim"
 
 
-class SecretKeyRef(WireModel):
-    """A key of a Secret in the deployment's namespace."""
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Secret's name (RFC 1123 subdomain): the API server refuses a pod naming another."""
+CONFIG_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+"""A Secret's or ConfigMap's key, as the API server checks it in a pod's secretKeyRef."""
 
-    name: str = Field(min_length=1, max_length=253)
-    key: str = Field(default="token", min_length=1, max_length=253)
+
+class SecretKeyRef(WireModel):
+    """A key of a Secret in the deployment's namespace.
+
+    Both are checked as the API server checks a pod's ``secretKeyRef`` (found by
+    the fuzzer: ``HF_Token`` passed admission and validation, then every pod
+    template naming it was refused)."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)
+    key: str = Field(default="token", min_length=1, max_length=253, pattern=CONFIG_KEY_PATTERN)
 
 
 class ModelSpec(WireModel):
@@ -366,7 +376,12 @@ class Toleration(WireModel):
 
     key: str | None = None
     operator: str | None = Field(default=None, pattern=r"^(Exists|Equal)$")
-    value: str | None = None
+    value: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="A label value: the API server refuses any other on a pod's toleration.",
+    )
     effect: str | None = Field(default=None, pattern=r"^(NoSchedule|PreferNoSchedule|NoExecute)$")
     toleration_seconds: int | None = None
 
