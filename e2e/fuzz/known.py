@@ -11,11 +11,9 @@ import re
 
 from e2e.fuzz.runner import Report
 
-KNOWN_DEFECTS = {
-    "found invalid Unicode character escape code": (
-        "astral-character-in-model-name.yaml, astral-character-in-extra-args.yaml"
-    ),
-}
+KNOWN_DEFECTS: dict[str, str] = {}
+"""None open: the one the fuzzer found (characters beyond U+FFFF in an apply body) is
+fixed in the client's encoding (``requests.yaml_safe_json``)."""
 _REFUSED = re.compile(r"^(\S+): refused patch deployments (\S+) -> 400 ")
 
 

@@ -238,3 +238,41 @@ def test_the_namespaced_mode_scans_no_namespaces_or_crds_which_its_role_cannot_g
     )
     assert _run_startup(reg).scanning.disabled is True
     assert _run_startup(registry()).scanning.disabled is False
+
+
+def test_events_during_a_backoff_wait_for_the_retry_but_a_spec_change_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the fuzzer: each event of a busy namespace re-sent a refused write at once
+    (97 a minute) although the log said "retrying in 22s"."""
+    attempts: list[float] = []
+
+    def refused(*args: Any, **kwargs: Any) -> Result:
+        attempts.append(1)
+        raise k8s.ApiError("PATCH", "/x", 503, "{}")
+
+    monkeypatch.setattr(handlers, "reconcile_once", refused)
+
+    async def run() -> tuple[int, int]:
+        r = handlers.Reconciler(api=NoApi(), retry_seconds=0.5)
+        await r.reconcile("ns", "a")
+        for _ in range(20):  # child, profile and node events while it backs off
+            await r.reconcile("ns", "a")
+            await asyncio.sleep(0.01)
+        during_backoff = len(attempts)
+        await r.reconcile("ns", "a", urgent=True)  # the user edited the spec
+        after_edit = len(attempts)
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+        return during_backoff, after_edit
+
+    during_backoff, after_edit = asyncio.run(run())
+    assert during_backoff == 1
+    assert after_edit == 2
+
+
+def test_only_a_new_generation_makes_a_deployment_event_urgent() -> None:
+    r = handlers.Reconciler(api=NoApi())
+    assert r.spec_changed(("ns", "a"), 1)
+    assert not r.spec_changed(("ns", "a"), 1), "a status write of ours: same generation"
+    assert r.spec_changed(("ns", "a"), 2)

@@ -35,7 +35,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import should_bypass_proxies
 
-from specdeploy.runtime.kube.requests import JSON, JSON_PATCH, Query
+from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON, JSON_PATCH, Query, yaml_safe_json
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -161,6 +161,8 @@ class Client:
         headers = {"Accept": JSON}
         if body is not None:
             headers["Content-Type"] = content_type
+        if content_type == APPLY_PATCH and body is not None and not isinstance(body, str | bytes):
+            body = yaml_safe_json(body)  # sent as given: the REST layer passes bytes through
         params = list(query.items()) if isinstance(query, Mapping) else list(query)
         _, url, headers, payload, _ = self._api.param_serialize(
             method,

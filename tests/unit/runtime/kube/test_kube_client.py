@@ -52,6 +52,23 @@ def test_a_patch_is_sent_as_json_with_its_own_content_type(
     assert seen.json() == body
 
 
+def test_an_apply_of_a_character_beyond_the_bmp_reaches_the_yaml_decoder_readable(
+    server: Server,
+) -> None:
+    """Found by the fuzzer: the apply body was ASCII-escaped JSON, so an emoji in a model
+    name or an annotation became a surrogate pair of escapes, which the API server's
+    YAML decoder refuses (400), and every apply of that Deployment failed."""
+    import yaml
+
+    body = {"metadata": {"annotations": {"note": "\U0001f916 caf\u00e9 \x93"}}}
+    client_for(server.url).request("PATCH", "/api/v1/x", body=body, content_type=APPLY_PATCH)
+    (seen,) = server.seen
+    assert b"\\ud83e" not in seen.body, "no surrogate escapes"
+    assert "\U0001f916".encode() in seen.body, "sent as UTF-8"
+    assert b"\\u0093" in seen.body, "a C1 control, which YAML cannot hold raw, is escaped"
+    assert yaml.safe_load(seen.body.decode()) == body
+
+
 def test_a_request_carries_its_token_query_and_the_callers_name(server: Server) -> None:
     server.answer(200, {"kind": "Pod"})
     answer = client_for(server.url, token="s3cret").request(
