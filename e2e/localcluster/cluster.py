@@ -207,18 +207,21 @@ def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> 
     log(f"dev: installed {len(manifests)} CRD manifest(s) from {crds}")
 
 
-def operator_component(layout: Layout, ports: Ports) -> Component:
+def operator_component(
+    layout: Layout, ports: Ports, *, kubeconfig: Path | None = None
+) -> Component:
     """The operator as a local process; its log has one line per reconcile (``--log-level``).
 
     It reads the cluster's Prometheus (``SPECDEPLOY_PROMETHEUS_URL``) for a deployment
     whose spec names none, as an operator installed beside a cluster's Prometheus would.
+    ``kubeconfig``: another identity or server for it (the chaos proxy's); default admin's.
     """
     url = f"http://127.0.0.1:{ports.operator}/healthz"
     argv = [sys.executable, "-m", "specdeploy", "operator", "run", f"--liveness={url}"]
     argv += [f"--metrics-port={ports.operator_metrics}", "--metrics-addr=127.0.0.1"]
     argv.append("--log-level=debug")
     env = {
-        "KUBECONFIG": str(layout.kubeconfig()),
+        "KUBECONFIG": str(kubeconfig or layout.kubeconfig()),
         "SPECDEPLOY_PROMETHEUS_URL": f"http://127.0.0.1:{ports.prometheus}",
     }
     return Component("operator", argv, url, "none", env)
@@ -347,9 +350,14 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
     prometheus.write_config(components.prometheus_config(layout), config)
 
 
-def start_operator(cluster: Cluster, *, log: Log = print) -> None:
-    """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile."""
-    component = operator_component(cluster.layout, cluster.state.ports)
+def start_operator(
+    cluster: Cluster, *, log: Log = print, kubeconfig: Path | None = None
+) -> None:
+    """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile.
+
+    ``kubeconfig``: as in ``operator_component`` (default: the admin's).
+    """
+    component = operator_component(cluster.layout, cluster.state.ports, kubeconfig=kubeconfig)
     _start_all([component], cluster.layout, str(cluster.layout.root), log)
     address = f"127.0.0.1:{cluster.state.ports.operator_metrics}"
     groups = prometheus.operator_target_groups(address)
@@ -357,12 +365,14 @@ def start_operator(cluster: Cluster, *, log: Log = print) -> None:
 
 
 @contextmanager
-def operator_running(cluster: Cluster) -> Iterator[Cluster]:
+def operator_running(cluster: Cluster, *, kubeconfig: Path | None = None) -> Iterator[Cluster]:
     """The repository's CRDs installed and the operator running, stopped (and its scrape
-    target withdrawn) on exit: what every operator test module needs around it."""
+    target withdrawn) on exit: what every operator test module needs around it.
+
+    ``kubeconfig``: as in ``operator_component`` (default: the admin's)."""
     kubectl = Binaries.for_checkout().path("kubectl")
     install_crds(kubectl, cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    start_operator(cluster, log=lambda _m: None)
+    start_operator(cluster, log=lambda _m: None, kubeconfig=kubeconfig)
     try:
         yield cluster
     finally:
