@@ -174,7 +174,8 @@ def collateral(before: Snapshot, after: Snapshot, intent: Intent) -> Check:
         for name, uid in before.jobs.items():
             if after.jobs.get(name) != uid:
                 problems.append(f"Job {name} {'re-created' if name in after.jobs else 'gone'}")
-    kept = f"{len(before.deployments)} Deployment(s), {len(before.jobs) if intent.job_uid_kept else 0} Job(s) as intended"
+    jobs = len(before.jobs) if intent.job_uid_kept else 0
+    kept = f"{len(before.deployments)} Deployment(s), {jobs} Job(s) as intended"
     return Check("I6", not problems, "; ".join(problems) or kept, len(problems))
 
 

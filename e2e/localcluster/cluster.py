@@ -350,9 +350,7 @@ def _write_prometheus_config(layout: Layout, ports: Ports) -> None:
     prometheus.write_config(components.prometheus_config(layout), config)
 
 
-def start_operator(
-    cluster: Cluster, *, log: Log = print, kubeconfig: Path | None = None
-) -> None:
+def start_operator(cluster: Cluster, *, log: Log = print, kubeconfig: Path | None = None) -> None:
     """Start the operator against ``cluster``; Prometheus scrapes its ``/metrics`` meanwhile.
 
     ``kubeconfig``: as in ``operator_component`` (default: the admin's).
