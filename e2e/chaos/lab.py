@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ class Lab:
     env: Env
     steady_s: float
     fleet: str
+    holds: list[str] = field(default_factory=list)
 
     # --- the operator -------------------------------------------------------------
 
@@ -138,12 +139,18 @@ class Lab:
 
     @contextmanager
     def held(self, namespace: str) -> Iterator[str]:
-        """A node label no node has yet (profiler pods wait); removed from nodes on exit."""
+        """A node label no node has yet (profiler pods wait until ``label_nodes`` sets it).
+
+        The label stays on the nodes until ``release_holds`` (after the scenario is
+        judged): the serving pods select it too, so removing it early would strand them.
+        """
         label = f"specdeploy-chaos/{namespace}"[:63]
-        try:
-            yield label
-        finally:
-            self.label_nodes(label, None)
+        self.holds.append(label)
+        yield label
+
+    def release_holds(self) -> None:
+        while self.holds:
+            self.label_nodes(self.holds.pop(), None)
 
     def label_nodes(
         self, label: str, value: str | None, nodes: tuple[str, ...] = L40S_NODES

@@ -100,6 +100,14 @@ def to_markdown(outcomes: Sequence[Outcome], *, steady_s: float, wall_s: float) 
     return "\n".join(lines) + "\n"
 
 
+def record(out: Path, outcomes: Sequence[Outcome], *, steady_s: float, started: float) -> None:
+    wall = time.monotonic() - started
+    out.mkdir(parents=True, exist_ok=True)
+    doc = to_json(outcomes, steady_s=steady_s, wall_s=wall)
+    (out / "chaos.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "chaos.md").write_text(to_markdown(outcomes, steady_s=steady_s, wall_s=wall))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.chaos.runner", description=__doc__)
     parser.add_argument("--out", type=Path, default=repo_root() / "bench" / "results")
@@ -121,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed = [c.id for c in outcome.checks if not c.ok]
             verdict = "pass" if outcome.passed else f"FAIL {failed or outcome.error}"
             print(f"chaos: {scenario.id}: {verdict} ({outcome.wall_s:.0f} s)", flush=True)
+            # Written after every scenario: an interrupted run still leaves what it judged.
+            record(args.out, outcomes, steady_s=args.steady_seconds, started=started)
         lab_mod.close_lab(lab)
     finally:
         cluster.down(args.workdir, log=lambda _m: None)

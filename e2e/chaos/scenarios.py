@@ -738,4 +738,5 @@ def run(lab: Lab, scenario: Scenario) -> Outcome:
     finally:
         lab.proxy.clear()
         lab.ensure_operator()
+        lab.release_holds()
         lab.drop_namespace(ns)
