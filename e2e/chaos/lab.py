@@ -37,6 +37,7 @@ EXAMPLE = repo_root() / "examples" / "specdeploy.yaml"
 GPU = "NVIDIA-L40S"
 L40S_NODES = ("gpu-l40s-0", "gpu-l40s-1")
 NAME = "llama-8b-chat"
+CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
 def sdep_path(namespace: str, name: str | None = None) -> str:
@@ -165,16 +166,33 @@ class Lab:
                     raise
 
     def wait_api(self, timeout: float = 90) -> None:
-        """Until the API server answers again (after a restart of it or of etcd)."""
+        """Until the API server answers ``/readyz`` (plain text, not JSON: the harness probe)."""
+        apiserver = faults.component(self.cluster, "kube-apiserver")
+        wait_for(
+            lambda: cluster_mod.probe(apiserver, self.cluster.layout),
+            what="the API server to answer /readyz",
+            timeout=timeout,
+        )
 
-        def answers() -> bool:
+    def revive_control_plane(self) -> list[str]:
+        """Restart any control-plane component that died (not the operator); their names.
+
+        A component that exits because another was killed is the cluster's trouble, not
+        the operator's: it is restarted and noted, so that later scenarios run on a whole
+        control plane.
+        """
+        revived = []
+        for name in CONTROL_PLANE:
             try:
-                self.admin.get("/readyz")
-                return True
-            except (ApiError, OSError):
-                return False
-
-        wait_for(answers, what="the API server to answer", timeout=timeout)
+                dead = not processes.alive(faults.record(self.cluster, name))
+            except LookupError:
+                continue
+            if dead:
+                faults.restart(self.cluster, name)
+                revived.append(name)
+        if revived:
+            self.wait_api()
+        return revived
 
 
 def open_lab(cluster: Cluster, *, steady_s: float, fleet: str) -> Lab:

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from e2e.chaos import lab as lab_mod
+from e2e.chaos.invariants import Check
 from e2e.chaos.scenarios import SLOTS, Outcome, Scenario, matrix, run
 from e2e.localcluster import binaries, cluster
 from e2e.localcluster.binaries import repo_root
@@ -100,6 +101,17 @@ def to_markdown(outcomes: Sequence[Outcome], *, steady_s: float, wall_s: float) 
     return "\n".join(lines) + "\n"
 
 
+def earlier(path: Path) -> list[Outcome]:
+    """The outcomes a previous run recorded in ``path`` (none when there is no file)."""
+    if not path.is_file():
+        return []
+    found = []
+    for raw in json.loads(path.read_text())["scenarios"]:
+        checks = [Check(**c) for c in raw.pop("checks")]
+        found.append(Outcome(**raw, checks=checks))
+    return found
+
+
 def record(out: Path, outcomes: Sequence[Outcome], *, steady_s: float, started: float) -> None:
     wall = time.monotonic() - started
     out.mkdir(parents=True, exist_ok=True)
@@ -113,6 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=repo_root() / "bench" / "results")
     parser.add_argument("--only", help="comma-separated scenario ids")
     parser.add_argument("--steady-seconds", type=float, default=STEADY_S)
+    parser.add_argument(
+        "--keep-earlier",
+        action="store_true",
+        help="keep the recorded results of scenarios this run does not repeat (with --only)",
+    )
     parser.add_argument("--workdir", type=Path, default=binaries.cache_root() / "chaos-cluster")
     args = parser.parse_args(argv)
     if args.steady_seconds < 0:
@@ -121,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     running = cluster.up(args.workdir, fleet_spec=FLEET, crds=None, operator=False, log=print)
     outcomes: list[Outcome] = []
+    if args.keep_earlier:
+        rerun = {s.id for s in scenarios}
+        outcomes = [o for o in earlier(args.out / "chaos.json") if o.id not in rerun]
     try:
         lab = lab_mod.open_lab(running, steady_s=args.steady_seconds, fleet=FLEET)
         for scenario in scenarios:

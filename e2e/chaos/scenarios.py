@@ -692,10 +692,16 @@ def run(lab: Lab, scenario: Scenario) -> Outcome:
     started = time.monotonic()
     since = now_utc()
     offset = lab.env.log_offset()
-    ns = lab.namespace(scenario.id)
+    ns = ""
     lab.ensure_operator()
     try:
+        ns = lab.namespace(scenario.id)
         staged = scenario.stage(lab, ns)
+        revived = lab.revive_control_plane()
+        if revived:
+            staged.notes.append(
+                f"harness: restarted control-plane component(s) that died: {revived}"
+            )
         extra: list[inv.Check] = []
         if lab.ensure_operator():
             extra.append(inv.Check("OP", False, "the operator process had exited; restarted"))
@@ -739,4 +745,7 @@ def run(lab: Lab, scenario: Scenario) -> Outcome:
         lab.proxy.clear()
         lab.ensure_operator()
         lab.release_holds()
-        lab.drop_namespace(ns)
+        for name in lab.revive_control_plane():
+            print(f"chaos: {scenario.id}: harness restarted {name}, which had died", flush=True)
+        if ns:
+            lab.drop_namespace(ns)
