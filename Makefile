@@ -13,7 +13,7 @@ CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
 .PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench \
-	crds cluster-up cluster-down clean fuzz
+	crds cluster-up cluster-down clean fuzz chaos
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,12 @@ test: lint typecheck layers vllm-venv cluster-bins
 bench: $(STAMP)
 	$(BIN)/python bench/bench_hot_path.py
 	$(BIN)/python bench/profiler_search.py
+
+# The chaos matrix (e2e/chaos, review §5.3) on a cluster of its own: every scenario, judged
+# by the invariants I1-I7, recorded in bench/results/chaos.{json,md}. About 30-60 min on
+# 2 cores; STEADY= shortens the steady-state window (I5, default 120 s).
+chaos: $(STAMP) cluster-bins
+	$(BIN)/python -m e2e.chaos.runner --out bench/results $(if $(STEADY),--steady-seconds $(STEADY))
 
 # CRD manifests from the operator's API models (a unit test fails when stale).
 crds: $(STAMP)

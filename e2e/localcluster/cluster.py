@@ -401,12 +401,14 @@ def start_operator(
 
 
 @contextmanager
-def operator_running(cluster: Cluster) -> Iterator[Cluster]:
+def operator_running(cluster: Cluster, *, kubeconfig_path: Path | None = None) -> Iterator[Cluster]:
     """The repository's CRDs installed and the operator running, stopped (and its scrape
-    target withdrawn) on exit: what every operator test module needs around it."""
+    target withdrawn) on exit: what every operator test module needs around it.
+
+    ``kubeconfig_path``: as in ``operator_component`` (default: ``identity.install``'s)."""
     kubectl = Binaries.for_checkout().path("kubectl")
     install_crds(kubectl, cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    start_operator(cluster, log=lambda _m: None)
+    start_operator(cluster, log=lambda _m: None, kubeconfig_path=kubeconfig_path)
     try:
         yield cluster
     finally:

@@ -122,16 +122,27 @@ def namespaced_manifests(watched: str) -> list[dict[str, Any]]:
     ]
 
 
-def install(api: KubeApi, layout: Layout, server: str, watched: str | None = None) -> Path:
+def install(
+    api: KubeApi,
+    layout: Layout,
+    server: str,
+    watched: str | None = None,
+    *,
+    path: Path | None = None,
+) -> Path:
     """Make the identity and write the operator's kubeconfig; return its path.
 
+    ``server``: the API server's URL, or a proxy in front of it (the chaos proxy,
+    which forwards the bearer token; a client certificate could not pass it).
     ``watched``: the namespaced mode's one namespace (None: the whole cluster).
+    ``path``: where the kubeconfig goes (default ``layout.kubeconfig("operator")``).
     """
     account = ACCOUNT if watched is None else NAMESPACED_ACCOUNT
     for obj in manifests() if watched is None else namespaced_manifests(watched):
         ensure(api, obj)
     token = api.request_token(NAMESPACE, account, seconds=TOKEN_SECONDS)
-    token_file = layout.root / "operator.token"
+    target = path or layout.kubeconfig("operator")
+    token_file = target.with_suffix(".token")
     token_file.write_text(token)
     token_file.chmod(0o600)
     doc = kubeconfig.document(
@@ -140,4 +151,4 @@ def install(api: KubeApi, layout: Layout, server: str, watched: str | None = Non
         user=account,
         token_file=token_file,
     )
-    return kubeconfig.write(layout.kubeconfig("operator"), doc)
+    return kubeconfig.write(target, doc)

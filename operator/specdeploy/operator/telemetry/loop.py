@@ -130,7 +130,11 @@ class TelemetryLoop:
                     await self.tick(session)
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # telemetry never takes the operator down
+                except API_ERRORS as err:
+                    # The API server unreachable or refusing (a restart, an outage): one
+                    # line, not a traceback per tick; the tick after it tries again.
+                    log.warning("telemetry tick: the API did not answer (%s); trying again", err)
+                except Exception:  # telemetry never takes the operator down; a bug shows whole
                     log.exception("telemetry tick failed; trying again next tick")
                 await asyncio.sleep(self.tick_seconds)
 

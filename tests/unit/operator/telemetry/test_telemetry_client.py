@@ -163,3 +163,33 @@ def test_deployments_are_due_once_per_interval_and_grouped_by_prometheus_and_win
     later = due_groups([body("d", url=None)], due, now=200.0, default_url="http://env:9090")
     assert later == {("http://env:9090", 60.0): [("ns", "d")]}
     assert set(due) == {("ns", "d")}
+
+
+def test_an_api_outage_costs_one_warning_line_per_tick_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Chaos C2: with the API server down, every tick logged a full traceback, which read
+    as a swallowed exception (invariant I7) although the loop only waited for the API."""
+    from specdeploy.operator import k8s
+
+    class Down:
+        def request(self, *_: Any, **__: Any) -> dict[str, Any]:
+            raise ConnectionRefusedError("connection refused")
+
+    async def deliver(*_: Any) -> None:
+        raise AssertionError("nothing to deliver")
+
+    loop = TelemetryLoop(api=Down(), deliver=deliver, default_url="http://127.0.0.1:1",
+                         tick_seconds=0.01)  # fmt: skip
+
+    async def go() -> None:
+        task = asyncio.get_running_loop().create_task(loop.run())
+        await asyncio.sleep(0.1)
+        task.cancel()
+
+    assert issubclass(ConnectionRefusedError, k8s.TRANSPORT_ERRORS)
+    with caplog.at_level("WARNING", logger="specdeploy.operator.telemetry"):
+        run(go)
+    records = [r for r in caplog.records if r.name == "specdeploy.operator.telemetry"]
+    assert records, "the outage is logged"
+    assert all(r.levelname == "WARNING" and r.exc_info is None for r in records)
