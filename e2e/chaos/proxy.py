@@ -160,9 +160,11 @@ def is_watch(path: str) -> bool:
     return re.search(r"[?&]watch=(true|1)(&|$)", path) is not None
 
 
-def status_body(code: int, message: str) -> dict[str, Any]:
+def status_body(code: int, message: str, retry_after: int | None = None) -> dict[str, Any]:
+    """A Status as the API server writes it; with ``retry_after``, its details carry it as
+    ``retryAfterSeconds`` beside the Retry-After header, as the API server's 429s do."""
     reason = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable"}
-    return {
+    body: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "status": "Failure",
@@ -170,6 +172,9 @@ def status_body(code: int, message: str) -> dict[str, Any]:
         "reason": reason.get(code, "InternalError"),
         "code": code,
     }
+    if retry_after is not None:
+        body["details"] = {"retryAfterSeconds": retry_after}
+    return body
 
 
 def _reset(request: web.BaseRequest) -> None:
@@ -326,7 +331,7 @@ class FaultProxy:
             self._note(method, path, "status", rule.status)
             headers = {"Retry-After": str(rule.retry_after)} if rule.retry_after is not None else {}
             return web.json_response(
-                status_body(rule.status, f"chaos proxy: injected {rule.status}"),
+                status_body(rule.status, f"chaos proxy: injected {rule.status}", rule.retry_after),
                 status=rule.status,
                 headers=headers,
             )

@@ -144,7 +144,8 @@ class Reconciler:
             log.warning("%s/%s: refused: %s; retrying in %.0fs", *key, err, delay)
         except RETRIED as err:
             self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
-            delay = self._backoff(key)
+            # never sooner than the server asked (a 429's retryAfterSeconds)
+            delay = max(self._backoff(key), getattr(err, "retry_after", None) or 0.0)
             log.warning("%s/%s: reconcile failed: %s; retrying in %.0fs", *key, err, delay)
         except Exception:
             # A bug, or a failure no one listed (a truncated body, a decode error): kopf's

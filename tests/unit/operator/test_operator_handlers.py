@@ -276,3 +276,24 @@ def test_only_a_new_generation_makes_a_deployment_event_urgent() -> None:
     assert r.spec_changed(("ns", "a"), 1)
     assert not r.spec_changed(("ns", "a"), 1), "a status write of ours: same generation"
     assert r.spec_changed(("ns", "a"), 2)
+
+
+def test_a_429_is_retried_no_sooner_than_the_server_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chaos C3 (review L2): a 429 with retryAfterSeconds 20 was retried after 5 s."""
+    import json
+
+    delays: list[float] = []
+    busy = json.dumps({"kind": "Status", "code": 429, "details": {"retryAfterSeconds": 20}})
+
+    def throttled(*args: Any, **kwargs: Any) -> Result:
+        raise k8s.ApiError("PATCH", "/x", 429, busy)
+
+    monkeypatch.setattr(handlers, "reconcile_once", throttled)
+
+    async def run() -> None:
+        r = handlers.Reconciler(api=NoApi(), retry_seconds=1.0)
+        monkeypatch.setattr(r, "_retry_later", lambda key, delay: delays.append(delay))
+        await r.reconcile("ns", "a")
+
+    asyncio.run(run())
+    assert delays and delays[0] >= 20.0

@@ -83,6 +83,10 @@ class ApiError(Exception):
         payload = payload if isinstance(payload, dict) else {}
         self.reason = str(payload.get("reason", ""))
         self.message = str(payload.get("message", text))
+        details = payload.get("details")
+        wait = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+        self.retry_after: float | None = float(wait) if isinstance(wait, int | float) else None
+        """The server's ``retryAfterSeconds`` (a 429, a 5xx under load): wait at least this."""
         super().__init__(f"{method} {path}: {status} {self.reason}: {self.message}")
 
 
