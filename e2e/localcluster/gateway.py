@@ -10,7 +10,11 @@ Service spreads connections:
 * endpoints are the pods the Service's selector matches in its namespace
   that are Ready, not terminating and published by the stand-in (looked up
   through the API at most every ``REFRESH_SECONDS``, so a pod that goes
-  away stops receiving new requests within that time);
+  away stops receiving new requests within that time), and whose readiness
+  probe answers: KWOK marks a pod Ready at once and runs no probe, so the
+  gateway asks the probe's path itself, as the kubelet would before the
+  endpoints controller lists the pod (a server still loading its model
+  answered 503 to the first requests otherwise);
 * a refused connection tries the next endpoint (at most one per endpoint);
   no endpoint at all answers 503 with a JSON reason, as a client sees an
   empty Service;
@@ -29,7 +33,8 @@ import itertools
 import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +68,34 @@ def base_url(port: int, namespace: str, service: str) -> str:
     return f"http://127.0.0.1:{port}/{namespace}/{service}"
 
 
-def ready_endpoints(service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``host:port`` of the Service's ready, published, non-terminating pods (sorted)."""
+Probe = Callable[[str, str], bool]
+"""Whether ``http://ADDRESS/PATH`` passes a readiness probe."""
+PROBE_TIMEOUT = 1.0
+
+
+def http_probe(address: str, path: str) -> bool:
+    """A kubelet's HTTP probe: any answer from 200 to 399 within ``PROBE_TIMEOUT``."""
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=PROBE_TIMEOUT) as answer:
+            return 200 <= int(answer.status) < 400
+    except (OSError, ValueError):
+        return False
+
+
+def readiness_path(pod: Mapping[str, Any]) -> str | None:
+    """The HTTP path of the pod's first container readiness probe, if it has one."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        probe = (container.get("readinessProbe") or {}).get("httpGet")
+        if probe:
+            return str(probe.get("path") or "/")
+    return None
+
+
+def ready_endpoints(
+    service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], probe: Probe | None = None
+) -> list[str]:
+    """``host:port`` of the Service's ready, published, non-terminating pods (sorted), each
+    passing its readiness probe when ``probe`` is given and the pod has one."""
     selector = service.get("spec", {}).get("selector") or {}
     if not selector:
         return []
@@ -77,7 +108,8 @@ def ready_endpoints(service: Mapping[str, Any], pods: Sequence[Mapping[str, Any]
         address = (meta.get("annotations") or {}).get(LOCAL_HTTP)
         conditions = pod.get("status", {}).get("conditions") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-        if address and ready:
+        path = readiness_path(pod)
+        if address and ready and (probe is None or path is None or probe(str(address), path)):
             found.append(str(address))
     return sorted(found)
 
@@ -98,7 +130,8 @@ class Endpoints:
         svc = self.api.get_or_none(paths.path("Service", namespace=namespace, name=service))
         found: list[str] = []
         if svc is not None:
-            found = ready_endpoints(svc, self.api.items(paths.path("Pod", namespace)))
+            pods = self.api.items(paths.path("Pod", namespace))
+            found = ready_endpoints(svc, pods, http_probe)
         self._cache[key] = (time.monotonic(), found)
         return found
 

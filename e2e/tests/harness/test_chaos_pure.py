@@ -144,3 +144,11 @@ def test_the_serving_reconcile_is_the_one_that_applies_the_table() -> None:
     )
 
     assert serving_reconcile_length(log, "ns") == 2
+
+
+def test_an_operator_exit_passes_only_when_it_gave_up_its_lease_by_design() -> None:
+    from e2e.chaos.scenarios import _operator_exit
+
+    lost = "CRITICAL leader election: could not renew within 10s; exiting with status 75"
+    assert _operator_exit(f"...\n{lost}\n").ok
+    assert not _operator_exit("Traceback (most recent call last):\n  ...\nKeyError: 'x'").ok

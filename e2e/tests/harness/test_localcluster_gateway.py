@@ -42,6 +42,25 @@ def test_only_ready_published_matching_live_pods_are_endpoints() -> None:
     assert ready_endpoints({"spec": {}}, pods) == []  # no selector: no endpoints
 
 
+def test_a_pod_whose_readiness_probe_fails_is_no_endpoint_yet() -> None:
+    """KWOK marks pods Ready at once; a server still loading answered 503 (test_loop)."""
+    loading, serving_pod = pod("a", "127.0.0.1:1"), pod("b", "127.0.0.1:2")
+    for p in (loading, serving_pod):
+        check = {"httpGet": {"path": "/health", "port": "http"}}
+        p["spec"] = {"containers": [{"name": "vllm", "readinessProbe": check}]}
+    asked: list[tuple[str, str]] = []
+
+    def probe(address: str, path: str) -> bool:
+        asked.append((address, path))
+        return address == "127.0.0.1:2"
+
+    assert ready_endpoints(SERVICE, [loading, serving_pod], probe) == ["127.0.0.1:2"]
+    assert sorted(asked) == [("127.0.0.1:1", "/health"), ("127.0.0.1:2", "/health")]
+    assert ready_endpoints(SERVICE, [pod("c", "127.0.0.1:3")], probe) == ["127.0.0.1:3"], (
+        "a pod without a readiness probe is ready when Ready"
+    )
+
+
 class FixedEndpoints(Endpoints):
     def __init__(self, found: list[str]) -> None:
         super().__init__(api=None)  # type: ignore[arg-type]
