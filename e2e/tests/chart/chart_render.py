@@ -31,6 +31,24 @@ RELEASE = "sd"
 Doc = dict[str, Any]
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; the API server and helm-unittest refuse them."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        repeated = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"repeated keys {repeated}", node.start_mark
+            )
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_all(text: str) -> list[Doc]:
+    """The documents of a rendering (empty ones dropped), refusing repeated keys."""
+    return [d for d in yaml.load_all(text, Loader=UniqueKeyLoader) if d]
+
+
 def helm() -> Path:
     return Binaries.for_checkout().path("helm")
 
@@ -68,7 +86,7 @@ def render(chart: Path, case: Case, *, namespace: str, tmp: Path) -> list[Doc]:
     apis = [f"--api-versions={api}" for api in case.api_versions]
     done = run_helm("template", RELEASE, str(chart), "-n", namespace, "-f", str(values), *apis)
     assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return load_all(done.stdout)
 
 
 def of_kind(docs: Sequence[Doc], kind: str) -> list[Doc]:
