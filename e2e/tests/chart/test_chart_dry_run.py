@@ -19,8 +19,8 @@ import yaml
 from e2e.localcluster import cluster
 from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.kubeapi import KubeApi
+from e2e.tests.chart.cases import CASES
 from e2e.tests.chart.chart_render import Case, Doc, chart_with_files, is_hook, of_kind, render
-from e2e.tests.chart.test_chart_render import CASES
 from specdeploy.chart import crd_apply
 from specdeploy.runtime.kube import paths
 

@@ -16,11 +16,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from e2e.tests.chart.cases import CASES, CUSTOM, NAMESPACE
 from e2e.tests.chart.chart_render import (
     CHART,
-    MONITORING_APIS,
     RULES,
-    Case,
     Doc,
     chart_with_files,
     installed,
@@ -34,35 +33,6 @@ from e2e.tests.chart.chart_render import (
 from specdeploy.cli import build_parser
 from specdeploy.operator.builders.rbac import operator_cluster_role, operator_namespaced_roles
 
-NAMESPACE = "specdeploy-system"
-MONITORING_OFF = {
-    "monitoring": {
-        "serviceMonitor": {"enabled": False},
-        "podMonitor": {"enabled": False},
-        "prometheusRule": {"enabled": False},
-    }
-}
-CUSTOM = {
-    "image": {"repository": "registry.example/specdeploy", "tag": "9.9.9", "pullPolicy": "Always"},
-    "replicaCount": 2,
-    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
-    "nodeSelector": {"kubernetes.io/os": "linux"},
-    "tolerations": [
-        {"key": "dedicated", "operator": "Equal", "value": "ops", "effect": "NoSchedule"}
-    ],
-    "podAnnotations": {"example.com/team": "inference"},
-    "leaderElection": {"id": "sd-lease", "leaseDuration": 30},
-    "operator": {"prometheusURL": "http://prometheus.monitoring:9090", "logLevel": "debug"},
-}
-CASES = {
-    "defaults": Case(),
-    "namespaced": Case({"watchNamespaces": ["team-a", "team-b"]}),
-    "monitoring-on": Case({}, MONITORING_APIS),
-    "monitoring-off": Case(MONITORING_OFF, MONITORING_APIS),
-    "namespaced-monitoring-on": Case({"watchNamespaces": ["team-a"]}, MONITORING_APIS),
-    "leader-election-off": Case({"leaderElection": {"enabled": False}}),
-    "custom-image-and-resources": Case(CUSTOM),
-}
 BUILT_IN_GROUPS = ("v1", "apps/v1", "batch/v1", "rbac.authorization.k8s.io/v1")
 
 
