@@ -8,6 +8,7 @@ a dry run writes nothing, and the namespaces it needs are made per test.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,16 @@ from e2e.localcluster import cluster
 from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.kubeapi import KubeApi
 from e2e.tests.chart.cases import CASES
-from e2e.tests.chart.chart_render import Case, Doc, chart_with_files, is_hook, of_kind, render
+from e2e.tests.chart.chart_render import (
+    Case,
+    Doc,
+    chart_with_files,
+    is_hook,
+    load_all,
+    of_kind,
+    render,
+    run_helm,
+)
 from specdeploy.chart import crd_apply
 from specdeploy.runtime.kube import paths
 
@@ -136,3 +146,21 @@ def test_the_hooks_identity_can_apply_the_crds_and_nothing_else(
         for doc in reversed(identity):
             kind, meta = doc["kind"], doc["metadata"]
             admin.delete(paths.path(kind, namespace=meta.get("namespace"), name=meta["name"]))
+
+
+def test_helm_install_dry_run_on_the_server_finds_the_prometheus_operator_itself(
+    with_crds: cluster.Cluster, chart: Path, namespace: str
+) -> None:
+    """No --api-versions: Helm reads the served APIs from the server (``.Capabilities``), so
+    the monitoring objects appear because the CRDs are installed, and the API server checks
+    every object of the release."""
+    done = run_helm(
+        "install", "sd", str(chart), "-n", namespace, "--dry-run=server", "-o", "json",
+        f"--kubeconfig={with_crds.kubeconfig}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    release = json.loads(done.stdout)
+    kinds = {d["kind"] for d in load_all(release["manifest"])}
+    assert {"Deployment", "ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds
+    assert "No Prometheus Operator was found" not in release["info"]["notes"]
+    assert {h["kind"] for h in release["hooks"]} >= {"Job", "ConfigMap"}

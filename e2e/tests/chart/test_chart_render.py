@@ -9,6 +9,7 @@ server in ``test_chart_dry_run``.
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +281,14 @@ def test_the_crd_upgrade_hook_applies_the_charts_crds_with_patch_on_them_alone(
         pod["serviceAccountName"]
         == next(d for d in hooks if d["kind"] == "ServiceAccount")["metadata"]["name"]
     )
+
+
+def test_the_packaged_chart_ships_crds_and_schema_but_not_its_tests(tmp_path: Path) -> None:
+    done = run_helm("package", str(CHART), "-d", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (package,) = tmp_path.glob("specdeploy-*.tgz")
+    with tarfile.open(package) as archive:
+        names = {n.removeprefix("specdeploy/") for n in archive.getnames()}
+    assert {"Chart.yaml", "values.schema.json", "templates/_rbac-rules.tpl"} <= names
+    assert {f"crds/{p.name}" for p in (CHART / "crds").glob("*.yaml")} <= names
+    assert not [n for n in names if n.startswith("tests/")]
