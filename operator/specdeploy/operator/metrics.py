@@ -23,7 +23,7 @@ registers leaks onto the endpoint.
 ``specdeploy_operator_pools``                                          pools in their status
 ``specdeploy_operator_leader``                                         1 leading, 0 standing by
 ``specdeploy_operator_telemetry_interval_seconds``                     the longest interval read
-``specdeploy_operator_profiling_failed{specdeploy_namespace,...}``     1 per pool whose profiling failed
+``specdeploy_operator_profiling_failed{specdeploy_pool,...}``          1 per pool profiling failed
 =====================================================================  =========================
 
 Outcomes: ``ok`` the reconcile finished (with or without writes);

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdeploy.cli import build_parser
 from specdeploy.cli.operator import DEFAULT_METRICS_PORT
 from specdeploy.operator import handlers, k8s, main
+from specdeploy.operator.api import Phase, PoolStatus
 from specdeploy.operator.metrics import (
     DEFAULT_PORT,
     MeteredApi,
@@ -30,10 +31,9 @@ from specdeploy.operator.metrics import (
     profiling_failed_pools,
     write_labels,
 )
-from specdeploy.operator.api import Phase, PoolStatus
 from specdeploy.operator.naming import label_value
-from specdeploy.operator.status import PoolOutcome, Profiling, profiled_condition
 from specdeploy.operator.reconcile import Result
+from specdeploy.operator.status import PoolOutcome, Profiling, profiled_condition
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON_PATCH, MERGE_PATCH
@@ -407,6 +407,9 @@ def test_the_pools_whose_profiling_failed_are_read_from_the_condition_status_wri
         (NS, "a", "NVIDIA-A100"),  # not its prefix-sharing neighbour
         (NS, "b", label_value("NVIDIA-H100 80GB")),  # the pool as the pods' label value
     }
+
+
+POOLS = ("gpu-0", "gpu-1")
 
 
 def test_a_failed_pools_series_comes_with_the_failure_and_goes_with_the_recovery() -> None:
