@@ -158,14 +158,12 @@ def _acceptance_collapse() -> Alert:
             f"Live acceptance at draft position 1 over {COLLAPSE_WINDOW} is "
             '{{ $value | printf "%.2f" }}, below '
             f"{COLLAPSE_RATIO:g} times the profile's for the table in force: the traffic is not "
-            "what the profile measured (another language, task or prompt format), or the "
-            "drafter does not match the model."
+            "what the profile measured, or the drafter does not match the model."
         ),
         runbook=(
-            "compare the live acceptance per position with the profile's on the per-pool "
-            "dashboard; check spec.speculation.draftModel and its revision against "
-            "spec.model; the operator re-derives the table from live acceptance, and K=0 "
-            "serves meanwhile where speculation loses."
+            "compare live and profiled acceptance per position on the per-pool dashboard; "
+            "check spec.speculation.draftModel against spec.model; re-profile on the new "
+            "traffic (spec.profiling.mode: always)."
         ),
     )
 
@@ -179,14 +177,12 @@ def _table_reload_errors() -> Alert:
         severity=Severity.WARNING,
         summary=f"K table files rejected in pool {{{{ $labels.specdeploy_pool }}}} of {WHERE}",
         description=(
-            '{{ $value | printf "%.0f" }} table file(s) rejected by the pool\'s add-on in the '
-            f"last {RELOAD_WINDOW}; its pods keep the last good table, so new tables from the "
-            "operator are not taking effect."
+            f"The pool's add-on rejected table files in the last {RELOAD_WINDOW}; its pods keep "
+            "the last good table, so the operator's new tables are not taking effect."
         ),
         runbook=(
-            "the add-on logs the reason (`kubectl logs` of a pod of the pool, lines with "
-            "'specdeploy: table'); inspect the pool's table ConfigMap, and the operator's "
-            "log for the push."
+            "the reason is in the pods' log (`kubectl logs`, lines 'specdeploy: table "
+            "rejected'); then the pool's table ConfigMap and the operator's log."
         ),
     )
 
