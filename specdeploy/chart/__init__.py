@@ -1,0 +1,1 @@
+"""The Helm chart's generated parts (``charts/specdeploy``), made from the project's own sources."""
