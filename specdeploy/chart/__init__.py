@@ -6,5 +6,5 @@ not copies: the operator's RBAC rules come from ``operator.builders.rbac``
 ``crds/`` (generated from the API models), and ``values.schema.json`` from the
 typed values model in ``values``. ``generate`` writes them and lists stale ones;
 ``specdeploy chart generate [--check]`` is its command line. Pure except
-``generate.write``.
+``generate.write``. The alerts (``alerts``, rendered into ``rules/``) follow the same habit.
 """
