@@ -179,19 +179,23 @@ def resolve(
 ) -> dict[str, str]:
     """Each variable's substitution, in order (a later one's match uses the earlier ones).
 
-    Multi-value variables take All; single-value ones ``chosen[name]`` or the first
-    value. A variable with no value raises: its panels could not show anything.
+    ``chosen[name]``, when given, is the one value a variable takes (it must be one
+    Prometheus lists); otherwise multi-value variables take All and single-value ones
+    their first value. A variable with no value raises: its panels could show nothing.
     """
     resolved: dict[str, str] = {}
     for var in board.variables:
         match = substitute(var.match, resolved)
         values = prom.label_values(base, var.label, match, start, end)
+        pick = (chosen or {}).get(var.name)
+        if pick is not None:
+            values = [pick] if pick in values else []
         if not values:
-            raise prom.QueryError(f"{board.title}: variable ${var.name}: no values for {match}")
-        if not var.multi:
-            pick = (chosen or {}).get(var.name, values[0])
-            values = [pick]
-        resolved[var.name] = regex_value(values, var.multi)
+            raise prom.QueryError(
+                f"{board.title}: variable ${var.name}: no value{f' {pick!r}' if pick else ''} "
+                f"for {match}"
+            )
+        resolved[var.name] = regex_value(values if var.multi else values[:1], var.multi)
     return resolved
 
 

@@ -110,6 +110,7 @@ def _no_data(ax: Axes, why: str) -> None:
 
 
 def _draw_lines(ax: Axes, result: PanelResult) -> None:
+    ax.set_xlim(result.start, result.end)
     series = _series(result)
     if not series:
         _no_data(ax, "No data")
@@ -124,7 +125,6 @@ def _draw_lines(ax: Axes, result: PanelResult) -> None:
                 ax.bar(times, values, width=0.8 * _bar_width(times), color=color, label=name)
             else:
                 ax.plot(times, values, color=color, linewidth=1.2, label=name)
-    ax.set_xlim(result.start, result.end)
     ax.legend(
         loc="upper left",
         fontsize=6,

@@ -75,10 +75,19 @@ def collect_board(
 
 
 def collect(
-    boards: Sequence[Board], base: str, *, window_s: float, scrape_s: float = DEFAULT_SCRAPE_S
+    boards: Sequence[Board],
+    base: str,
+    *,
+    window_s: float,
+    scrape_s: float = DEFAULT_SCRAPE_S,
+    chosen: Mapping[str, str] | None = None,
 ) -> list[BoardResult]:
+    """Every board over the same window ending now (``chosen``: as in ``panels.resolve``)."""
     end = time.time()
-    return [collect_board(b, base, window_s=window_s, end=end, scrape_s=scrape_s) for b in boards]
+    return [
+        collect_board(b, base, window_s=window_s, end=end, scrape_s=scrape_s, chosen=chosen)
+        for b in boards
+    ]
 
 
 def empty(results: Sequence[BoardResult]) -> list[str]:
