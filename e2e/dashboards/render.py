@@ -70,7 +70,7 @@ def unit_format(unit: str, value: float) -> str:
     if unit == "percentunit":
         return f"{value * 100:.0f}%"
     if unit == "s":
-        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+        return f"{value * 1000:.3g} ms" if abs(value) < 1 else f"{value:.3g} s"
     if unit.startswith("suffix:"):
         return f"{value:.3g}{unit.split(':', 1)[1].strip()}"
     suffix = {"reqps": " req/s", "ops": " ops/s"}.get(unit, "")
@@ -125,6 +125,8 @@ def _draw_lines(ax: Axes, result: PanelResult) -> None:
                 ax.bar(times, values, width=0.8 * _bar_width(times), color=color, label=name)
             else:
                 ax.plot(times, values, color=color, linewidth=1.2, label=name)
+    if style == "bars" and not any(v for _n, _t, values in series for v in values):
+        ax.set_ylim(0, 1)  # all zero (no errors): a baseline at the bottom, as Grafana draws it
     ax.legend(
         loc="upper left",
         fontsize=6,

@@ -128,8 +128,9 @@ REPLICAS = f'count by ({POOL}) (up{{job="vllm", {SELECTOR}}} == 1)'
 OPERATOR = 'job="specdeploy-operator"'
 RECONCILES = f"sum by (outcome) (rate(specdeploy_operator_reconciles_total{{{OPERATOR}}}[{RI}]))"
 TELEMETRY_AGE = (
-    f"time() - max(specdeploy_operator_telemetry_last_cycle_timestamp_seconds{{{OPERATOR}}})"
+    f"time() - (max(specdeploy_operator_telemetry_last_cycle_timestamp_seconds{{{OPERATOR}}}) > 0)"
 )
+"""The gauge is 0 until the first cycle ends: that is "no cycle yet", not 56 years ago."""
 PROMQL_FAILURES = (
     f"sum by (problem) (rate(specdeploy_operator_promql_query_failures_total{{{OPERATOR}}}[{RI}]))"
 )

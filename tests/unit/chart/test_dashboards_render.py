@@ -71,7 +71,8 @@ def test_legend_and_units_read_as_grafana_shows_them() -> None:
     assert render.legend("{{specdeploy_pool}} K={{ k }}", labels) == "NVIDIA-L40S K=3"
     assert render.legend("", {"k": "3"}) == '{k="3"}'
     assert render.unit_format("percentunit", 0.42) == "42%"
-    assert render.unit_format("s", 0.0123) == "12 ms"
+    assert render.unit_format("s", 0.0123) == "12.3 ms"
+    assert render.unit_format("s", 2.5) == "2.5 s"
     assert render.unit_format("suffix: tok/s", 151.2) == "151tok/s"
     assert render.unit_format("reqps", 2.5) == "2.5 req/s"
 
