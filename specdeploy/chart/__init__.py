@@ -1,1 +1,1 @@
-"""The Helm chart's generated parts, written from typed sources (a test fails when stale)."""
+"""The Helm chart's generated parts (``charts/specdeploy``), made from the project's own sources."""
