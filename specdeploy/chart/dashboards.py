@@ -198,12 +198,13 @@ def acceptance_panels() -> list[PanelSpec]:
         PanelSpec(
             "Live acceptance per position (a_i)",
             "Accepted over reached per draft position: a position the drafter did not propose "
-            "counts as rejected (the a_i of AL(K)). Dashed: vLLM's own view, accepted over "
-            "proposed. The profile's a_i is not exported as a metric yet (it lives in the "
-            "SpeculationProfile's spec.acceptance and status.live).",
+            "counts as rejected (the a_i of AL(K)), against the profile's a_i for the table "
+            "in force (specdeploy_acceptance_profile) and vLLM's own view, accepted given a "
+            "draft. Live far below the profile's: the workload moved (acceptance drift).",
             "percentunit",
             (
                 t(q.ACCEPTANCE_BY_POSITION, f"{POOL_LEGEND} a_{{{{position}}}}"),
+                t(q.ACCEPTANCE_PROFILE, f"{POOL_LEGEND} profile a_{{{{position}}}}"),
                 t(q.ACCEPTANCE_GIVEN_DRAFT, f"{POOL_LEGEND} given a draft, pos {{{{position}}}}"),
             ),
             extra={"min": 0, "max": 1},
@@ -372,11 +373,20 @@ def control_panels() -> list[PanelSpec]:
         PanelSpec(
             "Profile and table in force",
             "Per pool: the policy, SpeculationProfile and table digest in force "
-            "(specdeploy_table_info). The profiling state (Job running, failed) is not "
-            "exported as a metric: read it from `kubectl get sdep` (status.phase, Profiled).",
+            "(specdeploy_table_info). A pool still profiling has no serving pod yet, so no "
+            "row: `kubectl get sdep` shows its phase.",
             "short",
             (t(q.TABLE_IN_FORCE, POOL_LEGEND),),
             kind="table",
+            width=6,
+        ),
+        PanelSpec(
+            "Pools whose profiling failed",
+            "Pools whose Profiled condition says their profiling Job failed "
+            "(specdeploy_operator_profiling_failed); 0 when none.",
+            "short",
+            (t(q.PROFILING_FAILED, "profiling failed"),),
+            kind="stat",
             width=6,
         ),
     ]
@@ -389,14 +399,14 @@ def operator_panels() -> list[PanelSpec]:
             "Reconciles per second by outcome (ok | retry | error).",
             "ops",
             (t(q.RECONCILES, "{{outcome}}"),),
-            width=8,
+            width=6,
         ),
         PanelSpec(
             "Telemetry loop: seconds since the last cycle",
             "time() minus the last telemetry cycle's end: it grows when the loop stalls.",
             "s",
             (t(q.TELEMETRY_AGE, "age"),),
-            width=8,
+            width=6,
         ),
         PanelSpec(
             "Operator: pools, leaders, PromQL failures",
@@ -408,7 +418,7 @@ def operator_panels() -> list[PanelSpec]:
                 t(q.OPERATOR_LEADERS, "leaders"),
                 t(q.PROMQL_FAILURES, "failures/s {{problem}}"),
             ),
-            width=8,
+            width=6,
         ),
     ]
 
