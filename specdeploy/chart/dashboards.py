@@ -50,6 +50,8 @@ Kind = Literal["timeseries", "bars", "share", "stat", "table"]
 class Target:
     expr: str
     legend: str
+    dashed: bool = False
+    """Drawn dashed: a reference (the profile's, the prediction) beside what is live."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,11 @@ class PanelSpec:
     """``min``/``max`` of the axis, when the quantity has natural bounds."""
 
 
-def t(expr: str, legend: str) -> Target:
-    return Target(expr, legend)
+def t(expr: str, legend: str, *, dashed: bool = False) -> Target:
+    return Target(expr, legend, dashed)
+
+
+DASHED = [dm.DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]})]
 
 
 POOL_LEGEND = "{{specdeploy_deployment}}/{{specdeploy_pool}}"
@@ -106,6 +111,8 @@ def _panel(spec: PanelSpec, panel_id: int) -> gd.Panel:
         builder = builder.max(spec.extra["max"])
     for i, target in enumerate(spec.targets):
         builder = builder.with_target(_target(i, target, instant=spec.kind == "table"))
+        if target.dashed:
+            builder = builder.override_by_query(chr(ord("A") + i), DASHED)
     return builder  # type: ignore[return-value]  # every panel builder builds a dm.Panel
 
 
@@ -198,13 +205,13 @@ def acceptance_panels() -> list[PanelSpec]:
         PanelSpec(
             "Live acceptance per position (a_i)",
             "Accepted over reached per draft position: a position the drafter did not propose "
-            "counts as rejected (the a_i of AL(K)), against the profile's a_i for the table "
-            "in force (specdeploy_acceptance_profile) and vLLM's own view, accepted given a "
+            "counts as rejected (the a_i of AL(K)), against the profile's a_i (dashed) for the "
+            "table in force (specdeploy_acceptance_profile) and vLLM's own view, accepted given a "
             "draft. Live far below the profile's: the workload moved (acceptance drift).",
             "percentunit",
             (
                 t(q.ACCEPTANCE_BY_POSITION, f"{POOL_LEGEND} a_{{{{position}}}}"),
-                t(q.ACCEPTANCE_PROFILE, f"{POOL_LEGEND} profile a_{{{{position}}}}"),
+                t(q.ACCEPTANCE_PROFILE, f"{POOL_LEGEND} profile a_{{{{position}}}}", dashed=True),
                 t(q.ACCEPTANCE_GIVEN_DRAFT, f"{POOL_LEGEND} given a draft, pos {{{{position}}}}"),
             ),
             extra={"min": 0, "max": 1},
@@ -264,7 +271,7 @@ def goodput_panels() -> list[PanelSpec]:
             "Observed: AL over the mean clean-decode step time, from the same counters.",
             "suffix: tok/s",
             (
-                t(q.PREDICTED_GOODPUT, f"{POOL_LEGEND} predicted"),
+                t(q.PREDICTED_GOODPUT, f"{POOL_LEGEND} predicted", dashed=True),
                 t(q.OBSERVED_GOODPUT, f"{POOL_LEGEND} observed"),
             ),
         ),

@@ -24,6 +24,8 @@ def test_parse_keeps_every_data_panel_and_the_rows_apart() -> None:
     styles = {p.title: p.style for p in POOL_BOARD.panels}
     assert styles["K distribution (share of steps)"] == "percent"
     assert styles["Table reload and policy errors (over the range)"] == "bars"
+    acceptance = next(p for p in POOL_BOARD.panels if p.title.startswith("Live acceptance"))
+    assert [q.dashed for q in acceptance.queries] == [False, True, False]  # the profile's
     table = next(p for p in POOL_BOARD.panels if p.type == "table")
     assert all(q.instant for q in table.queries)
 
