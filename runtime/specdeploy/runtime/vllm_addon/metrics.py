@@ -159,8 +159,10 @@ class AddonMetrics:
             registry=r,
         )
         # At 0 from the start: the first rejected file is then an increase an
-        # alert sees, not a new series that increase() cannot rate.
+        # alert sees, not a new series that increase() cannot rate (and a dashboard
+        # shows 0 rather than "no data"); the same for policy errors.
         self.reload_errors.labels(pool)
+        self.policy_errors.labels(pool)
         self._info: tuple[str, str, str] | None = None
         self._positions = 0
 
