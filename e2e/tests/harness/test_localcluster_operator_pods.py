@@ -17,11 +17,13 @@ from e2e.localcluster.emulation import Kind, Ports
 PORTS = Ports(http=41001, metrics=41002)
 
 
-def pod(command: list[str], args: list[str] | None = None, **labels: str) -> dict[str, Any]:
+def pod(
+    command: list[str], args: list[str] | None = None, *, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": "operator", "command": command}
     if args is not None:
         container["args"] = args
-    return {"metadata": {"name": "op", "labels": labels}, "spec": {"containers": [container]}}
+    return {"metadata": {"name": "op", "labels": labels or {}}, "spec": {"containers": [container]}}
 
 
 @pytest.mark.parametrize(
@@ -40,7 +42,7 @@ def test_the_charts_pods_are_recognised_by_their_command(
 
 
 def test_labels_a_user_could_add_do_not_make_a_pod_an_operator_pod() -> None:
-    foreign = pod(["sleep", "3600"], **{"app.kubernetes.io/name": "specdeploy"})
+    foreign = pod(["sleep", "3600"], labels={"app.kubernetes.io/name": "specdeploy"})
     assert emulation.kind_of(foreign) is Kind.NONE
     assert emulation.kind_of(pod(["python", "-m", "specdeploy", "profile"])) is Kind.NONE
 
