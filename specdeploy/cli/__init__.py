@@ -26,6 +26,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("profile", "profile", "measure ITL per (batch size, K) into a SpeculationProfile"),
     ("operator", "operator", "run the operator; generate its CRDs (crds/)"),
     ("load", "load", "closed-loop streaming load against a loopback server"),
+    ("chart", "chart", "the Helm chart's generated files (charts/specdeploy)"),
 )
 
 
