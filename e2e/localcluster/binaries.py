@@ -24,6 +24,7 @@ UNIT_OF = {
     "helm": "helm",
     "prometheus": "prometheus",
     "promtool": "prometheus",
+    "helm-unittest": "helm-unittest",
 }
 VERSION_KEY = {
     "etcd": "ETCD_VERSION",
@@ -31,6 +32,7 @@ VERSION_KEY = {
     "kwok": "KWOK_VERSION",
     "helm": "HELM_VERSION",
     "prometheus": "PROMETHEUS_VERSION",
+    "helm-unittest": "HELM_UNITTEST_VERSION",
 }
 
 

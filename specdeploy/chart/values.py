@@ -86,11 +86,22 @@ class Operator(_Values):
     extra_args: list[str] = Field(default_factory=list)
 
 
+Quantities = dict[str, str | int]
+
+
+def _requests() -> Quantities:
+    return {"cpu": "100m", "memory": "256Mi"}
+
+
+def _limits() -> Quantities:
+    return {"memory": "512Mi"}
+
+
 class Resources(_Values):
-    requests: dict[str, str | int] = Field(
-        default_factory=lambda: {"cpu": "100m", "memory": "256Mi"}
-    )
-    limits: dict[str, str | int] = Field(default_factory=lambda: {"memory": "512Mi"})
+    """The operator container's; one kopf process, idle most of the time."""
+
+    requests: Quantities = Field(default_factory=_requests)
+    limits: Quantities = Field(default_factory=_limits)
 
 
 class Monitor(_Values):

@@ -7,7 +7,9 @@
   It acts only while it holds the leader Lease (``--leader-elect=false``: at once,
   alone; for one dev process).
 * ``crds [--out DIR] [--check]``: write ``crds/`` from the API models; with
-  ``--check`` write nothing and exit 1 when the files are stale.
+  ``--check`` write nothing and exit 1 when the files are stale. ``crds --apply
+  --from DIR [--kubeconfig FILE] [--context NAME]``: apply DIR's CRDs server-side
+  (the chart's upgrade hook; ``specdeploy.chart.crd_apply``).
 * ``rbac``: print the ClusterRole the operator needs (for the chart).
 """
 
@@ -66,6 +68,12 @@ def register(subparsers: Any) -> None:
     crds = sub.add_parser("crds", help="write the CRDs generated from the API models")
     crds.add_argument("--out", type=Path, default=ROOT / "crds", help="directory (default crds/)")
     crds.add_argument("--check", action="store_true", help="exit 1 if the files are stale")
+    crds.add_argument(
+        "--apply", action="store_true", help="apply the CRDs of --from DIR server-side instead"
+    )
+    crds.add_argument("--from", dest="source", type=Path, help="with --apply: the CRDs' directory")
+    crds.add_argument("--kubeconfig", type=Path, help="with --apply: as for `operator run`")
+    crds.add_argument("--context", help="with --apply: the kubeconfig context")
     crds.set_defaults(handler=_crds)
 
     rbac = sub.add_parser(
@@ -198,6 +206,8 @@ def _election(args: argparse.Namespace) -> Any:
 def _crds(args: argparse.Namespace) -> int:
     from specdeploy.operator import crdgen
 
+    if args.apply:
+        return _apply_crds(args)
     if args.check:
         problems = crdgen.stale_files(args.out)
         for problem in problems:
@@ -205,6 +215,28 @@ def _crds(args: argparse.Namespace) -> int:
         return 1 if problems else 0
     for path in crdgen.write(args.out):
         print(path)
+    return 0
+
+
+def _apply_crds(args: argparse.Namespace) -> int:
+    """Apply ``--from``'s CRDs; a bad directory exits 2, a refusal by the API server 1."""
+    from specdeploy.chart import crd_apply
+    from specdeploy.operator import k8s
+
+    if args.source is None or args.check:
+        print("specdeploy operator crds: --apply needs --from DIR, not --check", file=sys.stderr)
+        return 2
+    try:
+        requests = crd_apply.requests_for(crd_apply.load(args.source))
+    except (OSError, yaml.YAMLError, crd_apply.NotACrd) as err:
+        print(f"specdeploy operator crds: {err}", file=sys.stderr)
+        return 2
+    try:
+        for done in crd_apply.apply(k8s.connect(args.kubeconfig, args.context), requests):
+            print(done)
+    except k8s.ApiError as err:
+        print(f"specdeploy operator crds: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
