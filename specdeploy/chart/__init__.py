@@ -5,6 +5,6 @@ not copies: the operator's RBAC rules come from ``operator.builders.rbac``
 (the same function ``specdeploy operator rbac`` prints), the CRDs from
 ``crds/`` (generated from the API models), and ``values.schema.json`` from the
 typed values model in ``values``. ``generate`` writes them and lists stale ones;
-``specdeploy chart generate [--check]`` is its command line. Pure except
-``generate.write``.
+``specdeploy chart generate [--check]`` is its command line; the dashboards
+(``dashboards``) are generated too. Pure except ``generate.write``.
 """

@@ -129,7 +129,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 def test_the_wheel_holds_the_product_and_no_dev_code(wheel: zipfile.ZipFile) -> None:
     names = wheel.namelist()
     tops = {n.split("/")[1] for n in names if n.startswith("specdeploy/") and n.count("/") > 1}
-    assert tops == {"cli", "operator", "runtime"}
+    assert tops == {"chart", "cli", "operator", "runtime"}
     assert "specdeploy/runtime/vllm_addon/scheduler.py" in names
     assert "specdeploy/operator/builders/job.py" in names
     assert "specdeploy/__init__.py" not in names

@@ -148,6 +148,10 @@ class AddonMetrics:
             p,
             registry=r,
         )
+        # Error counters exist at 0 from the start: increase() and alerts then see the
+        # first error as a change, and a dashboard shows 0 rather than "no data".
+        self.reload_errors.labels(pool)
+        self.policy_errors.labels(pool)
         self._info: tuple[str, str, str] | None = None
 
     def step(self, k: int, record: StepRecord) -> None:

@@ -1,0 +1,137 @@
+"""The PromQL behind every dashboard panel, written once against metrics that exist.
+
+Sources, and nothing else: the add-on's series (``runtime/.../vllm_addon/metrics.py``
+and ``step_series.py``), the operator's (``operator/.../metrics.py``), vLLM 0.32's
+own (mirrored by ``e2e/emulated/vllm_metrics.py``) and the scrape-label contract
+of the PodMonitor (``namespace``, ``pod``, ``specdeploy_deployment``,
+``specdeploy_pool``, ``specdeploy_profile``, ``job`` = ``vllm`` |
+``specdeploy-addon`` | ``specdeploy-operator``; ``e2e/localcluster/prometheus.py``).
+
+Two ratios follow the design's one definition of acceptance: a_i is accepted
+over *reached* (a position the drafter did not propose counts as rejected),
+the drafting rate q_i is proposed over reached, and AL = 1 + accepted tokens
+per decoding sequence-step. Rates use Grafana's ``$__rate_interval`` so a
+panel never asks for a window shorter than four scrapes.
+"""
+
+from __future__ import annotations
+
+SELECTOR = 'namespace=~"$namespace", specdeploy_deployment=~"$deployment", specdeploy_pool=~"$pool"'
+"""The three template variables as label matchers (both boards define all three: the
+fleet board lets each take several values, the pool board one)."""
+POOL = "namespace, specdeploy_deployment, specdeploy_pool"
+"""Grouping of a per-pool series (a pool is named by all three labels)."""
+RI = "$__rate_interval"
+
+
+def rate(metric: str, by: str = POOL, *, extra: str = "") -> str:
+    """``sum by (...) (rate(metric{selector}[$__rate_interval]))``."""
+    sel = SELECTOR + (f", {extra}" if extra else "")
+    return f"sum by ({by}) (rate({metric}{{{sel}}}[{RI}]))"
+
+
+def ratio(numerator: str, denominator: str, by: str = POOL) -> str:
+    """Per-group ratio of two counters' rates."""
+    return f"{rate(numerator, by)}\n/\n{rate(denominator, by)}"
+
+
+def gauge(metric: str, how: str = "avg", by: str = POOL, *, extra: str = "") -> str:
+    """A gauge aggregated over the pool's pods."""
+    sel = SELECTOR + (f", {extra}" if extra else "")
+    return f"{how} by ({by}) ({metric}{{{sel}}})"
+
+
+def quantile(q: float, histogram: str, by: str = POOL) -> str:
+    """The q-quantile of a histogram over the pool's pods."""
+    return f"histogram_quantile({q}, {rate(histogram + '_bucket', f'{by}, le')})"
+
+
+# ---- speculation (the add-on) ---------------------------------------------------------
+
+K_NOW = gauge("specdeploy_k", "max", f"{POOL}, pod")
+K_MEAN_OVER_PODS = gauge("specdeploy_k")
+STEPS_BY_K = rate("specdeploy_steps_total", f"{POOL}, k")
+STEP_SHARE_BY_K = (
+    f"{rate('specdeploy_steps_total', f'{POOL}, k')}\n/ ignoring (k) group_left\n"
+    f"{rate('specdeploy_steps_total')}"
+)
+ACCEPTANCE_BY_POSITION = ratio(
+    "specdeploy_accepted_tokens_total",
+    "specdeploy_draft_positions_reached_total",
+    f"{POOL}, position",
+)
+ACCEPTANCE_GIVEN_DRAFT = ratio(
+    "specdeploy_accepted_tokens_total", "specdeploy_draft_tokens_total", f"{POOL}, position"
+)
+DRAFTING_RATE_BY_POSITION = ratio(
+    "specdeploy_draft_tokens_total",
+    "specdeploy_draft_positions_reached_total",
+    f"{POOL}, position",
+)
+ACCEPTANCE_LENGTH = (
+    f"1 + {rate('specdeploy_accepted_tokens_total')}\n/\n"
+    f"{rate('specdeploy_decode_sequence_steps_total')}"
+)
+VLLM_ACCEPTANCE_LENGTH = (
+    f"1 + {rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n"
+    f"{rate('vllm:spec_decode_num_drafts_total')}"
+)
+"""vLLM's own mean acceptance length: per request *with* a draft, so above the add-on's
+whenever the drafter proposes nothing for some sequences."""
+MEAN_STEP_SECONDS_BY_K = ratio(
+    "specdeploy_step_seconds_sum", "specdeploy_step_seconds_count", f"{POOL}, k"
+)
+MEAN_STEP_SECONDS_BY_BUCKET = ratio(
+    "specdeploy_step_seconds_sum", "specdeploy_step_seconds_count", f"{POOL}, batch_bucket"
+)
+VERIFIED_PER_SEQUENCE_STEP = ratio(
+    "specdeploy_verified_tokens_total", "specdeploy_decode_sequence_steps_total"
+)
+PREDICTED_GOODPUT = gauge("specdeploy_predicted_goodput_tokens_per_second")
+OBSERVED_GOODPUT = (
+    f"(\n{ACCEPTANCE_LENGTH}\n)\n/\n(\n"
+    f"{ratio('specdeploy_step_seconds_sum', 'specdeploy_step_seconds_count')}\n)"
+)
+"""AL over the mean clean-decode step time: tokens per second per sequence, the
+quantity the policy predicts (``KEstimate.goodput``)."""
+SPEEDUP = gauge("specdeploy_predicted_gain_over_vanilla")
+STEP_SHARE_BY_BATCH_BUCKET = (
+    f"{rate('specdeploy_step_seconds_count', f'{POOL}, batch_bucket')}\n"
+    f"/ ignoring (batch_bucket) group_left\n{rate('specdeploy_step_seconds_count')}"
+)
+BATCH_SIZE_NOW = gauge("specdeploy_batch_size", "max", f"{POOL}, pod")
+TABLE_GENERATION = gauge("specdeploy_table_generation", "max", f"{POOL}, pod")
+TABLE_RELOAD_ERRORS = (
+    f"sum by ({POOL}) (increase(specdeploy_table_reload_errors_total{{{SELECTOR}}}[$__range]))"
+)
+POLICY_ERRORS = (
+    f"sum by ({POOL}) (increase(specdeploy_policy_errors_total{{{SELECTOR}}}[$__range]))"
+)
+TABLE_IN_FORCE = gauge("specdeploy_table_info", "max", f"{POOL}, policy, profile, digest")
+"""Which table and profile each pool runs (the profiling state itself is not exported:
+see the panel's description)."""
+
+# ---- vLLM's own ---------------------------------------------------------------------
+
+REQUEST_RATE = rate("vllm:request_success_total", f"{POOL}, finished_reason")
+GENERATION_TOKENS = rate("vllm:generation_tokens_total")
+E2E_P50 = quantile(0.5, "vllm:e2e_request_latency_seconds")
+E2E_P99 = quantile(0.99, "vllm:e2e_request_latency_seconds")
+TTFT_P99 = quantile(0.99, "vllm:time_to_first_token_seconds")
+ITL_P50 = quantile(0.5, "vllm:inter_token_latency_seconds")
+RUNNING = gauge("vllm:num_requests_running", "sum")
+WAITING = gauge("vllm:num_requests_waiting", "sum")
+REPLICAS = f'count by ({POOL}) (up{{job="vllm", {SELECTOR}}} == 1)'
+
+# ---- the operator -------------------------------------------------------------------
+
+OPERATOR = 'job="specdeploy-operator"'
+RECONCILES = f"sum by (outcome) (rate(specdeploy_operator_reconciles_total{{{OPERATOR}}}[{RI}]))"
+TELEMETRY_AGE = (
+    f"time() - max(specdeploy_operator_telemetry_last_cycle_timestamp_seconds{{{OPERATOR}}})"
+)
+PROMQL_FAILURES = (
+    f"sum by (problem) (rate(specdeploy_operator_promql_query_failures_total{{{OPERATOR}}}[{RI}]))"
+)
+OPERATOR_POOLS = f"max(specdeploy_operator_pools{{{OPERATOR}}})"
+OPERATOR_LEADERS = f"sum(specdeploy_operator_leader{{{OPERATOR}}})"
