@@ -166,9 +166,20 @@ def builtins(t: Timing) -> dict[str, str]:
     }
 
 
+_REGEX_SPECIAL = re.compile(r"[\\^$.|?*+()\[\]{}]")
+
+
+def regex_escape(value: str) -> str:
+    """A label value as a literal inside a ``=~"..."`` PromQL string: each regex
+    metacharacter gets a backslash, itself doubled for the string literal (as
+    Grafana's Prometheus data source escapes; ``-`` needs none, and PromQL refuses
+    ``\\-`` as an unknown string escape)."""
+    return _REGEX_SPECIAL.sub(lambda m: "\\\\" + m.group(0), value)
+
+
 def regex_value(values: Sequence[str], multi: bool) -> str:
     """What a variable's ``$name`` becomes in a ``=~`` matcher."""
-    escaped = [re.escape(v) for v in values]
+    escaped = [regex_escape(v) for v in values]
     if not multi or len(escaped) == 1:
         return escaped[0]
     return "(" + "|".join(escaped) + ")"

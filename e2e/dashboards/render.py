@@ -263,7 +263,7 @@ def draw(board: BoardResult, path: Path) -> Path:
 
 def _plain(regex: str) -> str:
     """A substituted variable as a person reads it (regex escapes and groups removed)."""
-    return re.sub(r"\\(.)", r"\1", regex).strip("()").replace("|", " | ")
+    return re.sub(r"\\+(.)", r"\1", regex).strip("()").replace("|", " | ")
 
 
 def render_results(results: Sequence[BoardResult], out_dir: Path) -> list[Path]:

@@ -53,8 +53,9 @@ def test_substitution_replaces_longest_names_first_and_both_spellings() -> None:
 
 
 def test_multi_value_variables_become_an_escaped_alternation() -> None:
-    assert panels.regex_value(["a.b", "c"], multi=True) == "(a\\.b|c)"
-    assert panels.regex_value(["a.b", "c"], multi=False) == "a\\.b"
+    # In the PromQL text a regex escape is written with two backslashes; '-' gets none.
+    assert panels.regex_value(["a.b", "c-d"], multi=True) == "(a\\\\.b|c-d)"
+    assert panels.regex_value(["a.b", "c"], multi=False) == "a\\\\.b"
     assert panels.regex_value(["only"], multi=True) == "only"
 
 
