@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from e2e.demo import builds, observe
+from e2e.demo import builds, observe, table
 from e2e.demo.helm import Helm, HelmFailed, chart_dir
 from e2e.localcluster import binaries, cluster, service_url
 from e2e.localcluster.fleet_view import load_summary, start_load
@@ -34,6 +34,7 @@ PROMETHEUS_VALUE = "operator.prometheusURL"
 PHASES = (("chat", 45), ("random", 60))
 """The load: chat prompts, then a shift to random text (acceptance drops, K follows)."""
 STATUS_EVERY_S = 4.0
+REFRESH_S = 15.0
 READY_TIMEOUT_S = 300.0
 Log = Callable[[str], None]
 
@@ -65,19 +66,23 @@ class Clock:
 
 
 class StatusPrinter:
-    """Prints the status table when it differs from the last one printed."""
+    """Prints the status table at once when a pool's phase, state, replicas, K or table
+    changed, and otherwise every ``REFRESH_S`` while the live numbers move."""
 
     def __init__(self, api: KubeApi, prometheus_url: str, clock: Clock) -> None:
         self.api, self.prometheus_url, self.clock = api, prometheus_url, clock
-        self.shown = ""
+        self.shape: tuple[tuple[str, ...], ...] | None = None
+        self.text = ""
+        self.printed_at = float("-inf")
 
-    def __call__(self) -> str:
-        current = observe.status_table(self.api, NAMESPACE, self.prometheus_url)
-        if current != self.shown:
+    def __call__(self) -> None:
+        rows = observe.status_rows(self.api, NAMESPACE, self.prometheus_url)
+        text, shape = table.render(rows), table.shape(rows)
+        stale = self.clock.now() - self.printed_at >= REFRESH_S and text != self.text
+        if shape != self.shape or stale:
             log(f"\n[{self.clock.now():5.0f} s] kubectl get sdep -n {NAMESPACE} (+ Prometheus)")
-            log(current)
-            self.shown = current
-        return current
+            log(text)
+            self.shape, self.text, self.printed_at = shape, text, self.clock.now()
 
 
 def sdep_phase(api: KubeApi, name: str) -> str:

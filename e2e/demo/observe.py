@@ -26,15 +26,14 @@ def samples(prometheus_url: str) -> dict[str, dict[str, float]]:
     return out
 
 
-def status_table(api: KubeApi, namespace: str, prometheus_url: str) -> str:
-    """The rendered table of every SpeculativeDeployment in ``namespace``."""
+def status_rows(api: KubeApi, namespace: str, prometheus_url: str) -> list[table.PoolRow]:
+    """The table's rows for every SpeculativeDeployment in ``namespace``."""
     found = samples(prometheus_url)
-    rows = [
+    return [
         row
         for sdep in api.items(paths.path("SpeculativeDeployment", namespace))
         for row in table.pool_rows(sdep, found)
     ]
-    return table.render(rows)
 
 
 def example(path: Path, *, interval: str) -> Obj:

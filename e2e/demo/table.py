@@ -97,6 +97,16 @@ def pool_rows(sdep: Mapping[str, Any], samples: Samples) -> list[PoolRow]:
     return rows
 
 
+LIVE_COLUMNS = ("ACCEPT", "TOK/S", "PRED")
+"""Columns that move with every scrape; a change in the others is news at once."""
+
+
+def shape(rows: list[PoolRow]) -> tuple[tuple[str, ...], ...]:
+    """The rows without their live numbers: what makes a change worth printing at once."""
+    keep = [i for i, name in enumerate(COLUMNS) if name not in LIVE_COLUMNS]
+    return tuple(tuple(row.cells()[i] for i in keep) for row in rows)
+
+
 def render(rows: list[PoolRow]) -> str:
     """Left-aligned columns, three spaces apart, as kubectl prints them."""
     table = [COLUMNS, *(row.cells() for row in rows)]

@@ -63,3 +63,14 @@ def test_the_build_estimate_names_what_is_missing_and_its_minutes() -> None:
     assert "k8s, helm" in line and "about 22 min" in line
     assert "all cached" in builds.estimate_line([])
     assert "3 min so far of about 22" in builds.progress_line(180, ["k8s", "helm"])
+
+
+def test_live_numbers_alone_do_not_change_the_tables_shape_but_k_and_the_table_do() -> None:
+    body = sdep(pool(H100, schedule="1-256:3"))
+    key = "NVIDIA-H100-80GB-HBM3"
+    base = table.shape(table.pool_rows(body, {"k": {key: 3.0}, "tokens": {key: 100.0}}))
+    busier = table.shape(table.pool_rows(body, {"k": {key: 3.0}, "tokens": {key: 900.0}}))
+    assert busier == base
+    assert table.shape(table.pool_rows(body, {"k": {key: 1.0}})) != base
+    retabled = sdep(pool(H100, schedule="1-256:1"))
+    assert table.shape(table.pool_rows(retabled, {"k": {key: 3.0}})) != base
