@@ -163,7 +163,7 @@ def run(workdir: Path, out: Path, *, keep: bool) -> int:
         clock.step("traffic with a prompt-mix shift")
         window = int(clock.now() - load_started) + 30
         pngs = render_dashboards(running.prometheus_url, out / "dashboards", window)
-        clock.step(f"{len(pngs)} dashboard panel(s) drawn from the live Prometheus")
+        clock.step(f"{len(pngs)} dashboard(s) drawn, every panel from the live Prometheus")
         log("\nPNGs:")
         for png in pngs:
             log(f"  {png}")
