@@ -36,6 +36,8 @@ FLEET = "h100=1"
 ACCOUNT = RELEASE
 """The chart's ServiceAccount: its full name, which is the release name here."""
 USER = f"system:serviceaccount:{NAMESPACE}:{ACCOUNT}"
+HOOK_USER = f"system:serviceaccount:{NAMESPACE}:{RELEASE}-crd-upgrade"
+"""The CRD-upgrade hook Job's ServiceAccount (it exists while the hook runs)."""
 EXAMPLE = "examples/specdeploy.yaml"
 SDEP_CRD = "speculativedeployments.specdeploy.io"
 CRD_FILE = "crds/specdeploy.io_speculativedeployments.yaml"
@@ -157,6 +159,8 @@ def test_helm_installs_an_operator_that_serves_the_example_as_the_charts_identit
     assert {"create jobs", "patch speculativedeployments/status"} <= {w.what for w in writes}
     requests = list(audit.requests_of(bare.layout.audit_log, USER))
     assert audit.refused(requests) == [], "the chart's ClusterRole lacks a grant"
+    watched = {(r.group, r.resource, r.verb) for r in requests}
+    assert ("specdeploy.io", "speculativedeployments", "watch") in watched
 
     # An upgrade whose CRD adds a field: the hook applies it (Helm skips crds/ on upgrade).
     assert ADDED_FIELD not in spec_fields(admin)
@@ -165,8 +169,9 @@ def test_helm_installs_an_operator_that_serves_the_example_as_the_charts_identit
     assert ADDED_FIELD in spec_fields(admin)
     timed("helm upgrade with a changed CRD", upgraded_at)
     crd_writes = [w for w in audit.read_writes(bare.layout.audit_log) if w.name == SDEP_CRD]
-    last = crd_writes[-1]
-    assert last.user.startswith(f"system:serviceaccount:{NAMESPACE}:"), last
+    assert (crd_writes[-1].verb, crd_writes[-1].user) == ("patch", HOOK_USER), crd_writes[-1]
+    hook_requests = list(audit.requests_of(bare.layout.audit_log, HOOK_USER))
+    assert hook_requests and audit.refused(hook_requests) == []
 
     # Uninstall: the operator goes (its process too), the CRDs and the user's resource stay.
     current = running_operator(admin)
