@@ -25,13 +25,22 @@ when it already contains the chart's name, else "<release>-<chart>". 63 characte
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels every object carries (Helm's and Kubernetes' recommended set). */}}
-{{- define "specdeploy.labels" -}}
+{{/*
+Labels every object carries (Helm's and Kubernetes' recommended set) but the component,
+which each object adds once: "specdeploy.labels" for the operator's own objects.
+*/}}
+{{- define "specdeploy.baseLabels" -}}
 helm.sh/chart: {{ include "specdeploy.chart" . }}
-{{ include "specdeploy.selectorLabels" . }}
+app.kubernetes.io/name: {{ include "specdeploy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: specdeploy
+{{- end }}
+
+{{- define "specdeploy.labels" -}}
+{{ include "specdeploy.baseLabels" . }}
+app.kubernetes.io/component: operator
 {{- end }}
 
 {{/* What the operator's Deployment and Service select on; never changes between upgrades. */}}
