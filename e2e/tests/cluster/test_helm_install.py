@@ -119,7 +119,9 @@ def test_helm_installs_an_operator_that_serves_the_example_as_the_charts_identit
     helm = Helm(bare.kubeconfig, tmp_path / "helm-home")
     values = {"operator.prometheusURL": bare.prometheus_url}
     started = time.monotonic()
-    helm.install(chart_dir(), values)
+    notes = helm.install(chart_dir(), values)
+    # NOTES tells the user what an uninstall leaves, which the end of this test checks.
+    assert f"helm uninstall {RELEASE}" in notes and "leaves the CRDs" in " ".join(notes.split())
     pod = wait_for(lambda: running_operator(admin), what="the operator pod running", timeout=60)
     timed("helm install to the operator running", started)
     assert pod["spec"]["serviceAccountName"] == ACCOUNT
