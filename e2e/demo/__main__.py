@@ -8,13 +8,14 @@ names it). With ``--keep`` (``make demo KEEP=1``) the cluster stays up and the
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from e2e.dashboards.prom import QueryError
+from e2e.dashboards.render import render_dashboards
 from e2e.demo import builds, observe, table
 from e2e.demo.helm import Helm, HelmFailed, chart_dir
 from e2e.localcluster import binaries, cluster, service_url
@@ -130,19 +131,6 @@ def drive_load(running: cluster.Cluster, name: str, printer: StatusPrinter, out:
         log(f"load {workload}: {json.dumps(summary.get('requests', {}))}")
 
 
-def render_dashboards(prometheus_url: str, out: Path, window_s: int) -> list[Path]:
-    # Looked up at run time: the renderer is another part of issue 16 (e2e/dashboards).
-    try:
-        render = importlib.import_module("e2e.dashboards.render").render_dashboards
-    except (ImportError, AttributeError) as err:
-        raise DemoFailed(
-            "the dashboards' renderer (e2e.dashboards.render, issue 16 deliverable 3) is not in"
-            f" this checkout ({err}); no PNGs were drawn"
-        ) from err
-    pngs: list[Path] = render(prometheus_url, out, window_s=window_s)
-    return pngs
-
-
 def run(workdir: Path, out: Path, *, keep: bool) -> int:
     clock = Clock()
     builds.ensure_built(log)
@@ -162,7 +150,7 @@ def run(workdir: Path, out: Path, *, keep: bool) -> int:
         drive_load(running, name, printer, out)
         clock.step("traffic with a prompt-mix shift")
         window = int(clock.now() - load_started) + 30
-        pngs = render_dashboards(running.prometheus_url, out / "dashboards", window)
+        pngs = render_dashboards(running.prometheus_url, out / "dashboards", window_s=window)
         clock.step(f"{len(pngs)} dashboard(s) drawn, every panel from the live Prometheus")
         log("\nPNGs:")
         for png in pngs:
@@ -190,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run(args.workdir, args.out.resolve(), keep=args.keep)
-    except (DemoFailed, HelmFailed, ComponentFailed, ApiError, WaitTimeout) as err:
+    except (DemoFailed, HelmFailed, ComponentFailed, ApiError, WaitTimeout, QueryError) as err:
         print(f"demo: {err}", file=sys.stderr, flush=True)
         return 1
     except binaries.BinariesMissing as err:

@@ -7,12 +7,15 @@ command lines is only what one host forces: ports.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.localcluster import emulation
 from e2e.localcluster.emulation import Kind, Ports
+from e2e.localcluster.standin import PrometheusTargets
 
 PORTS = Ports(http=41001, metrics=41002)
 
@@ -97,3 +100,23 @@ def test_the_crd_hook_runs_its_command_unchanged() -> None:
     args = ["operator", "crds", "--apply", "--metrics-port=1"]
     assert emulation.operator_args(args, PORTS) == args
     assert not emulation.operator_metrics_on(args)
+
+
+def test_an_operator_pods_metrics_are_a_target_of_job_specdeploy_operator_until_withdrawn(
+    tmp_path: Path,
+) -> None:
+    targets = PrometheusTargets(tmp_path)
+    running = {"metadata": {"name": "specdeploy-abc", "namespace": "specdeploy-system"}}
+    targets.publish_operator(running, "127.0.0.1:41002")
+    (written,) = tmp_path.iterdir()
+    (group,) = json.loads(written.read_text())
+    assert group == {
+        "targets": ["127.0.0.1:41002"],
+        "labels": {
+            "job": "specdeploy-operator",
+            "namespace": "specdeploy-system",
+            "pod": "specdeploy-abc",
+        },
+    }
+    targets.withdraw(running)
+    assert list(tmp_path.iterdir()) == []
