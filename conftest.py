@@ -11,6 +11,7 @@ these folders is a collection error, so nothing runs unmarked.
 | tests/model         | vllm, slow    | that venv and a real model run (SmolLM2-135M)    |
 | e2e/tests/cluster   | cluster       | the control plane's binaries (make cluster-bins) |
 | e2e/tests/chart     | cluster       | the same (helm, helm-unittest, the API server)   |
+| tests/alerts        | cluster       | promtool from those binaries (make cluster-bins) |
 
 Nothing skips by default: a missing prerequisite fails its tests with the
 command that installs it. ``SPECDEPLOY_TEST_SKIP=vllm,slow,cluster`` (any
@@ -34,6 +35,7 @@ MARKERS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "tests/model": ("vllm", "slow"),
     "e2e/tests/cluster": ("cluster",),
     "e2e/tests/chart": ("cluster",),
+    "tests/alerts": ("cluster",),
 }
 OPT_OUT = "SPECDEPLOY_TEST_SKIP"
 

@@ -68,24 +68,17 @@ def _version(current: Mapping[str, Any]) -> dict[str, str]:
 def manifests(role: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The namespace, the ServiceAccount, the ClusterRole and its binding, in creation order."""
     cluster_role = dict(role or operator_cluster_role())
+    return [*_account(ACCOUNT), cluster_role, _binding("ClusterRoleBinding", cluster_role, ACCOUNT)]
+
+
+def _account(account: str) -> list[dict[str, Any]]:
+    """The operator's namespace and its ServiceAccount ``account`` there."""
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": ACCOUNT, "namespace": NAMESPACE},
-        },
-        cluster_role,
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": cluster_role["metadata"]["name"]},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": cluster_role["metadata"]["name"],
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
+            "metadata": {"name": account, "namespace": NAMESPACE},
         },
     ]
 
@@ -109,12 +102,7 @@ def namespaced_manifests(watched: str) -> list[dict[str, Any]]:
     """The namespaced mode: its account, a Role in ``watched`` and the cluster-scoped reads."""
     role, cluster_reads = operator_namespaced_roles(watched, name=NAMESPACED_ACCOUNT)
     return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": NAMESPACED_ACCOUNT, "namespace": NAMESPACE},
-        },
+        *_account(NAMESPACED_ACCOUNT),
         role,
         _binding("RoleBinding", role, NAMESPACED_ACCOUNT),
         cluster_reads,

@@ -87,8 +87,8 @@ def _ec_key(path: Path) -> None:
     )
 
 
-def _sign(pki: Pki, name: str, subject: str, extensions: list[str]) -> None:
-    """Key, CSR and CA-signed certificate for ``name``."""
+def sign(pki: Pki, name: str, subject: str, extensions: list[str]) -> None:
+    """Key, CSR and CA-signed certificate for ``name`` (components, the chaos proxy)."""
     _ec_key(pki.key(name))
     csr = pki.dir / f"{name}.csr"
     ext = pki.dir / f"{name}.ext"
@@ -150,7 +150,7 @@ def create(directory: Path) -> Pki:
         str(pki.ca_cert),
         cwd=directory,
     )
-    _sign(
+    sign(
         pki,
         "apiserver",
         "/CN=kube-apiserver",
@@ -163,7 +163,7 @@ def create(directory: Path) -> Pki:
     )
     for name, (cn, group) in CLIENTS.items():
         subject = f"/CN={cn}" + (f"/O={group}" if group else "")
-        _sign(
+        sign(
             pki,
             name,
             subject,

@@ -5,6 +5,7 @@ not copies: the operator's RBAC rules come from ``operator.builders.rbac``
 (the same function ``specdeploy operator rbac`` prints), the CRDs from
 ``crds/`` (generated from the API models), and ``values.schema.json`` from the
 typed values model in ``values``. ``generate`` writes them and lists stale ones;
-``specdeploy chart generate [--check]`` is its command line; the dashboards
-(``dashboards``) are generated too. Pure except ``generate.write``.
+``specdeploy chart generate [--check]`` is its command line. Pure except
+``generate.write``. The alerts (``alerts``, rendered into ``rules/``) and the dashboards
+(``dashboards``) follow the same habit.
 """

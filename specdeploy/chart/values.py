@@ -153,7 +153,10 @@ class ChartValues(_Values):
     watch_namespaces: list[str] = Field(
         default_factory=list,
         description="empty: the whole cluster; else the namespaced mode (a Role per namespace)",
-        json_schema_extra={"items": {"type": "string", "pattern": DNS_LABEL, "maxLength": 63}},
+        json_schema_extra={
+            "items": {"type": "string", "pattern": DNS_LABEL, "maxLength": 63},
+            "uniqueItems": True,
+        },
     )
     service_account: ServiceAccount = Field(default_factory=ServiceAccount)
     rbac: Rbac = Field(default_factory=Rbac)

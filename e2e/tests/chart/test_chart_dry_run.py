@@ -32,6 +32,7 @@ from e2e.tests.chart.chart_render import (
     run_helm,
 )
 from specdeploy.chart import crd_apply
+from specdeploy.cli import main
 from specdeploy.runtime.kube import paths
 
 THIRD_PARTY = repo_root() / "e2e" / "thirdparty" / "crds"
@@ -164,3 +165,33 @@ def test_helm_install_dry_run_on_the_server_finds_the_prometheus_operator_itself
     assert {"Deployment", "ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds
     assert "No Prometheus Operator was found" not in release["info"]["notes"]
     assert {h["kind"] for h in release["hooks"]} >= {"Job", "ConfigMap"}
+
+
+def test_the_hook_command_applies_a_changed_crd_schema_and_the_charts_again(
+    with_crds: cluster.Cluster, admin: KubeApi, tmp_path: Path
+) -> None:
+    """What a `helm upgrade` with a changed CRD relies on: the Job's command, connected by
+    a kubeconfig, replaces the served schema (here: a description) and restores it."""
+    source = repo_root() / "charts" / "specdeploy" / "crds"
+    name = "speculationprofiles.specdeploy.io"
+    path = paths.path("CustomResourceDefinition", name=name)
+
+    def served_description() -> str | None:
+        version = admin.get(path)["spec"]["versions"][0]
+        description: str | None = version["schema"]["openAPIV3Schema"].get("description")
+        return description
+
+    original = served_description()
+    changed = tmp_path / "crds"
+    changed.mkdir()
+    for crd in source.glob("*.yaml"):
+        body = yaml.safe_load(crd.read_text())
+        body["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] = "upgraded"
+        (changed / crd.name).write_text(yaml.safe_dump(body))
+    argv = ["operator", "crds", "--apply", f"--kubeconfig={with_crds.kubeconfig}", "--from"]
+    try:
+        assert main([*argv, str(changed)]) == 0
+        assert served_description() == "upgraded"
+    finally:
+        assert main([*argv, str(source)]) == 0
+    assert served_description() == original

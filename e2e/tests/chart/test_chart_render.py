@@ -51,8 +51,9 @@ def rendered(chart: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     }
 
 
-def test_helm_lint_strict_passes() -> None:
-    done = run_helm("lint", "--strict", str(CHART))
+@pytest.mark.parametrize("with_files", [False, True], ids=["as-committed", "with-files"])
+def test_helm_lint_strict_passes(with_files: bool, chart: Path) -> None:
+    done = run_helm("lint", "--strict", str(chart if with_files else CHART))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 chart(s) failed" in done.stdout
 

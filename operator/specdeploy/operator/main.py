@@ -23,7 +23,7 @@ from pathlib import Path
 
 import kopf
 
-from specdeploy.operator import k8s, leader
+from specdeploy.operator import k8s, leader, standby
 from specdeploy.operator.decide import Config
 from specdeploy.operator.handlers import Reconciler, register, register_login
 from specdeploy.operator.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
@@ -104,7 +104,7 @@ def standby_probe(
     if not endpoint:
         return nullcontext()
     try:
-        return leader.StandbyProbe(endpoint, elector)
+        return standby.StandbyProbe(endpoint, elector)
     except (OSError, ValueError) as err:
         raise SystemExit(f"--liveness {endpoint}: cannot serve it: {err}") from err
 

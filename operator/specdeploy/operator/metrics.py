@@ -22,6 +22,8 @@ registers leaks onto the endpoint.
 ``specdeploy_operator_deployments``                                    SpeculativeDeployments seen
 ``specdeploy_operator_pools``                                          pools in their status
 ``specdeploy_operator_leader``                                         1 leading, 0 standing by
+``specdeploy_operator_telemetry_interval_seconds``                     the longest interval read
+``specdeploy_operator_profiling_failed{specdeploy_pool,...}``          1 per pool profiling failed
 =====================================================================  =========================
 
 Outcomes: ``ok`` the reconcile finished (with or without writes);
@@ -36,7 +38,15 @@ process holds the leader Lease and acts (always 1 with ``--leader-elect=false``)
 0 while it stands by: its ``/metrics`` is served either way, so
 ``sum(specdeploy_operator_leader)`` is the number of acting operators (1).
 A telemetry cycle is a tick of the loop that
-read at least one deployment's interval.
+read at least one deployment's interval. ``telemetry_interval_seconds`` is
+the longest ``spec.telemetry.interval`` among the deployments the loop reads
+(0 when it reads none), so an alert can say "no cycle for N intervals"
+without knowing the specs. ``profiling_failed`` has one series, value 1, per
+pool whose Profiled condition says its profiling failed (labels
+``specdeploy_namespace``, ``specdeploy_deployment``, ``specdeploy_pool``:
+the deployment's namespace, and its name and pool as the pods' label values,
+so the operator's own ``namespace`` scrape label is never overwritten); the
+series goes when the pool recovers or the deployment goes.
 
 Derived rates, for dashboards and alerts::
 
@@ -47,6 +57,7 @@ Derived rates, for dashboards and alerts::
     sum(rate(specdeploy_operator_promql_query_failures_total[5m]))
       / rate(specdeploy_operator_promql_queries_total[5m])
     time() - specdeploy_operator_telemetry_last_cycle_timestamp_seconds  # the loop stalled
+      > 3 * specdeploy_operator_telemetry_interval_seconds
 
 Counting costs a dict lookup and an add under ``prometheus_client``'s
 lock, off the event loop's critical path; every recording method is
@@ -68,6 +79,7 @@ from typing import Any, ParamSpec
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from specdeploy.operator import k8s
+from specdeploy.operator.naming import label_value
 from specdeploy.operator.telemetry.window import FetchProblem
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON
@@ -150,6 +162,36 @@ def pools_of(bodies: Iterable[Mapping[str, Any]]) -> int:
     return sum(len((b.get("status") or {}).get("pools") or ()) for b in bodies)
 
 
+PoolLabels = tuple[str, str, str]
+"""(namespace, deployment label value, pool label value) of one pool."""
+
+PROFILED, PROFILING_FAILED = "Profiled", "ProfilingFailed"
+"""The condition and reason ``status.profiled_condition`` sets when a pool's profiling failed."""
+
+
+def _names_pool(message: str, gpu_type: str) -> bool:
+    # status.profiled_condition joins "<gpuType>: <pool message>" per failed pool with "; ".
+    head = f"{gpu_type}: "
+    return message.startswith(head) or f"; {head}" in message
+
+
+def profiling_failed_pools(bodies: Iterable[Mapping[str, Any]]) -> set[PoolLabels]:
+    """Pools whose deployment's Profiled condition is False with ProfilingFailed, naming them."""
+    failed: set[PoolLabels] = set()
+    for body in bodies:
+        meta, status = body.get("metadata") or {}, body.get("status") or {}
+        for cond in status.get("conditions") or ():
+            if cond.get("type") != PROFILED or cond.get("reason") != PROFILING_FAILED:
+                continue
+            message = str(cond.get("message") or "")
+            for pool in status.get("pools") or ():
+                gpu = str(pool.get("gpuType") or "")
+                if gpu and _names_pool(message, gpu):
+                    name = label_value(str(meta.get("name") or ""))
+                    failed.add((str(meta.get("namespace") or ""), name, label_value(gpu)))
+    return failed
+
+
 class OperatorMetrics:
     """Every series the operator exports, in a registry of its own."""
 
@@ -216,6 +258,18 @@ class OperatorMetrics:
             "1 while this process holds the leader Lease and acts, 0 while it stands by",
             registry=r,
         )
+        self.telemetry_interval = Gauge(
+            PREFIX + "telemetry_interval_seconds",
+            "The longest telemetry interval among the deployments the loop reads (0: none)",
+            registry=r,
+        )
+        self.profiling_failed = Gauge(
+            PREFIX + "profiling_failed",
+            "1 for each pool whose profiling failed (its Profiled condition says so)",
+            ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool"],
+            registry=r,
+        )
+        self._failed: set[PoolLabels] = set()
         # Every outcome and problem exists at 0 from the start, so rate() and
         # alerts see the first failure as a change rather than a new series.
         for outcome in Outcome:
@@ -256,6 +310,19 @@ class OperatorMetrics:
         """The deployments one list returned: how many, and their pools."""
         self.deployments.set(len(bodies))
         self.pools.set(pools_of(bodies))
+        failed = profiling_failed_pools(bodies)
+        # Set the new series before removing the old: a scrape never sees a
+        # failing pool's series missing (that would reset an alert's `for`).
+        for labels in failed:
+            self.profiling_failed.labels(*labels).set(1)
+        for labels in self._failed - failed:
+            self.profiling_failed.remove(*labels)
+        self._failed = failed
+
+    @_never_raises
+    def interval(self, seconds: float | None) -> None:
+        """The longest interval among the deployments read (None: none is read)."""
+        self.telemetry_interval.set(0.0 if seconds is None else seconds)
 
     @_never_raises
     def leading(self, leads: bool) -> None:

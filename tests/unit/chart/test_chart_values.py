@@ -58,6 +58,7 @@ def _with(path: str, value: object) -> dict[str, Any]:
         pytest.param("replicaCount", "two", id="count-as-text"),
         pytest.param("replicaCount", -1, id="negative-replicas"),
         pytest.param("watchNamespaces", ["Team_A"], id="namespace-not-a-dns-label"),
+        pytest.param("watchNamespaces", ["team-a", "team-a"], id="namespace-twice"),
         pytest.param("operator.logLevel", "verbose", id="unknown-log-level"),
         pytest.param("operator.metricsPort", 70000, id="port-out-of-range"),
         pytest.param("monitoring.podMonitor.interval", "15 seconds", id="bad-duration"),

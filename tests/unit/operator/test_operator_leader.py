@@ -37,13 +37,13 @@ from specdeploy.operator.leader import (
     LEASE_USER_AGENT,
     LeaderElector,
     Leadership,
-    StandbyProbe,
     Timing,
     acquire,
     lease_namespace,
 )
 from specdeploy.operator.metrics import OperatorMetrics
 from specdeploy.operator.naming import OPERATOR_LEASE
+from specdeploy.operator.standby import StandbyProbe
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.client import Unreachable
 from tests.unit.operator.test_operator_k8s import no_network

@@ -22,14 +22,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from specdeploy.cli import build_parser
 from specdeploy.cli.operator import DEFAULT_METRICS_PORT
 from specdeploy.operator import handlers, k8s, main
+from specdeploy.operator.api import Phase, PoolStatus
 from specdeploy.operator.metrics import (
     DEFAULT_PORT,
     MeteredApi,
     OperatorMetrics,
     Outcome,
+    profiling_failed_pools,
     write_labels,
 )
+from specdeploy.operator.naming import label_value
 from specdeploy.operator.reconcile import Result
+from specdeploy.operator.status import PoolOutcome, Profiling, profiled_condition
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON_PATCH, MERGE_PATCH
@@ -60,6 +64,8 @@ FAMILIES = {
     "specdeploy_operator_deployments",
     "specdeploy_operator_leader",
     "specdeploy_operator_pools",
+    "specdeploy_operator_telemetry_interval_seconds",
+    "specdeploy_operator_profiling_failed",
 }
 
 
@@ -374,6 +380,68 @@ def test_a_tick_with_nothing_due_keeps_the_last_cycles_duration() -> None:
 
     assert value(metrics, "telemetry_cycle_seconds") == 4.0
     assert value(metrics, "deployments") == 0
+
+
+def failing(name: str, *pools: tuple[str, Profiling]) -> dict[str, Any]:
+    """A deployment body whose Profiled condition is what ``status`` writes for ``pools``."""
+    outcomes = [
+        PoolOutcome(PoolStatus(gpu_type=gpu, state=Phase.FAILED, message=f"Job of {gpu}: x; y"), p)
+        for gpu, p in pools
+    ]
+    condition = profiled_condition(outcomes).model_dump(mode="json", by_alias=True)
+    return {
+        "metadata": {"namespace": NS, "name": name},
+        "spec": {},
+        "status": {"conditions": [condition], "pools": [{"gpuType": g} for g, _ in pools]},
+    }
+
+
+def test_the_pools_whose_profiling_failed_are_read_from_the_condition_status_writes() -> None:
+    bodies = [
+        failing("a", ("NVIDIA-A100", Profiling.FAILED), ("NVIDIA-A100-80GB", Profiling.RUNNING)),
+        failing("b", ("NVIDIA-L4", Profiling.READY), ("NVIDIA-H100 80GB", Profiling.FAILED)),
+        failing("c", ("NVIDIA-L4", Profiling.RUNNING)),
+    ]
+
+    assert profiling_failed_pools(bodies) == {
+        (NS, "a", "NVIDIA-A100"),  # not its prefix-sharing neighbour
+        (NS, "b", label_value("NVIDIA-H100 80GB")),  # the pool as the pods' label value
+    }
+
+
+POOLS = ("gpu-0", "gpu-1")
+
+
+def test_a_failed_pools_series_comes_with_the_failure_and_goes_with_the_recovery() -> None:
+    metrics = OperatorMetrics()
+    labels = {"specdeploy_namespace": NS, "specdeploy_deployment": "a"}
+
+    metrics.known([failing("a", ("gpu-0", Profiling.FAILED), ("gpu-1", Profiling.FAILED))])
+    both = [
+        value(metrics, "profiling_failed", **labels, specdeploy_pool=f"gpu-{i}") for i in (0, 1)
+    ]
+    metrics.known([failing("a", ("gpu-0", Profiling.READY), ("gpu-1", Profiling.FAILED))])
+
+    assert both == [1.0, 1.0]
+    gone = metrics.registry.get_sample_value(
+        "specdeploy_operator_profiling_failed", {**labels, "specdeploy_pool": "gpu-0"}
+    )
+    assert gone is None
+    assert value(metrics, "profiling_failed", **labels, specdeploy_pool="gpu-1") == 1.0
+
+
+def test_the_telemetry_interval_is_the_longest_among_the_deployments_read() -> None:
+    metrics = OperatorMetrics()
+    fast, slow = deployment("a", 1), deployment("b", 1)
+    fast["spec"]["telemetry"]["interval"] = "15s"
+    slow["spec"]["telemetry"]["interval"] = "2m"
+
+    tick(FakePrometheus(), metrics, fast, slow)
+    longest = value(metrics, "telemetry_interval_seconds")
+    tick(FakePrometheus(), metrics)  # nothing read any more
+
+    assert longest == 120.0
+    assert value(metrics, "telemetry_interval_seconds") == 0.0
 
 
 # --- the flag ----------------------------------------------------------------------

@@ -67,6 +67,16 @@ def telemetry_of(body: Mapping[str, Any], default_url: str | None) -> Group | No
         return None  # validation reports the spec; nothing to read meanwhile
 
 
+def longest_interval(bodies: Iterable[Mapping[str, Any]], default_url: str | None) -> float | None:
+    """The longest interval among the deployments whose telemetry is read (None: none is).
+
+    Every deployment read is due at least this often, so a loop that has not
+    completed a cycle for a few of these has stalled (the TelemetryStale alert).
+    """
+    intervals = [g[1] for g in (telemetry_of(b, default_url) for b in bodies) if g is not None]
+    return max(intervals, default=None)
+
+
 def due_groups(
     bodies: Iterable[Mapping[str, Any]],
     next_due: dict[Key, float],
@@ -142,6 +152,7 @@ class TelemetryLoop:
         started = time.perf_counter()
         bodies = await asyncio.to_thread(self._list)
         self.metrics.known(bodies)
+        self.metrics.interval(longest_interval(bodies, self.default_url))
         await asyncio.to_thread(self._update_profiles, bodies)
         groups = due_groups(
             bodies, self._next_due, now=self.monotonic(), default_url=self.default_url

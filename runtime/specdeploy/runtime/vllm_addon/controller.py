@@ -244,6 +244,7 @@ class KController:
                 self.generation, table.policy_kind, table.profile_name, table.digest
             )
             self.metrics.profile_drafting_rate(table.drafting_rate)
+            self.metrics.profile_acceptance(table.acceptance)
         log.info(
             "specdeploy: table %d in force: policy %s, profile %s, schedule %s",
             self.generation,

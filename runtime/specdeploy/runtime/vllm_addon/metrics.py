@@ -20,6 +20,9 @@ drafter did not propose counts as reached and rejected),
 So accepted / reached is a_i (what AL(K) and the schedule use), proposed /
 reached the drafting rate q_i, and accepted / proposed the acceptance
 *given a proposal*, which alone overstates what n-gram drafting earns.
+``specdeploy_acceptance_profile{position}`` is the profile's a_i for the
+table in force: live accepted / reached far below it is an acceptance
+collapse (the chart's SpeculationAcceptanceCollapse alert).
 """
 
 from __future__ import annotations
@@ -98,6 +101,13 @@ class AddonMetrics:
             [*p, "direction"],
             registry=r,
         )
+        self.acceptance_profile = Gauge(
+            "specdeploy_acceptance_profile",
+            "The profile's acceptance a_i of the table in force, by draft position (the "
+            "reference of live accepted / reached; absent without a profile)",
+            [*p, "position"],
+            registry=r,
+        )
         self.predicted_goodput = Gauge(
             "specdeploy_predicted_goodput_tokens_per_second",
             "The policy's predicted goodput for the K in force at the smoothed batch size",
@@ -153,6 +163,7 @@ class AddonMetrics:
         self.reload_errors.labels(pool)
         self.policy_errors.labels(pool)
         self._info: tuple[str, str, str] | None = None
+        self._positions = 0
 
     def step(self, k: int, record: StepRecord) -> None:
         """One finished step: ``k`` the K chosen for it, ``record`` what it verified."""
@@ -173,6 +184,15 @@ class AddonMetrics:
                 gauge.remove(self.pool)
             return
         gauge.labels(self.pool).set(rate)
+
+    def profile_acceptance(self, per_position: tuple[float, ...]) -> None:
+        """The a_i of the table in force's profile (positions it lacks removed)."""
+        gauge = self.acceptance_profile
+        for i, a in enumerate(per_position):
+            gauge.labels(self.pool, str(i + 1)).set(a)
+        for i in range(len(per_position), self._positions):
+            gauge.remove(self.pool, str(i + 1))
+        self._positions = len(per_position)
 
     def table_installed(self, generation: int, policy: str, profile: str, digest: str) -> None:
         if self._info is not None:

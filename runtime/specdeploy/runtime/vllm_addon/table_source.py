@@ -68,6 +68,9 @@ class LoadedTable:
     drafting_rate: float | None = None
     """The profile's drafting rate at position 1 (``acceptance.draftingRate[0]``), when the
     pool has a profile that records it: the reference of the drafting-rate warning."""
+    acceptance: tuple[float, ...] = ()
+    """The profile's a_i per position (empty without a profile): exported so an alert
+    can compare live acceptance with what the table was computed for."""
 
 
 def read_files(table_file: Path, profile_file: Path | None) -> tuple[bytes, bytes | None]:
@@ -134,6 +137,7 @@ def load_table(
         profile_name=doc.profile or "",
         digest=digest_of(table, profile),
         drafting_rate=None if spec is None else drafting_rate_of(spec),
+        acceptance=() if spec is None else tuple(float(a) for a in spec.acceptance.per_position),
     )
 
 

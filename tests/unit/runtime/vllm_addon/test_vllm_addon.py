@@ -607,3 +607,30 @@ def test_the_step_time_histogram_is_cumulative_with_prometheus_bucket_edges() ->
     assert sample(metrics, "specdeploy_step_seconds_sum", **labels) == pytest.approx(9.045)
     assert sample(metrics, "specdeploy_steps_total", pool="pool", k="1") == 4
     assert sample(metrics, "specdeploy_batch_size", pool="pool") == 3
+
+
+def test_the_profiles_acceptance_is_exported_per_position_while_its_table_is_in_force() -> None:
+    metrics = AddonMetrics("pool", 3)
+    c = KController(VLLM_LOOKUP, SHAPE, metrics)
+    with_profile = load(table_doc("table"), profile_spec())
+    c.install(with_profile)
+    exported = [
+        sample(metrics, "specdeploy_acceptance_profile", pool="pool", position=str(i))
+        for i in (1, 2, 3)
+    ]
+    c.install(load(table_doc("table")))  # a table without a profile: nothing to compare with
+
+    assert with_profile.acceptance == tuple(profile_spec()["acceptance"]["perPosition"])
+    assert exported == list(with_profile.acceptance)
+    left = metrics.registry.get_sample_value(
+        "specdeploy_acceptance_profile", {"pool": "pool", "position": "1"}
+    )
+    assert left is None
+
+
+def test_reload_errors_are_exported_at_zero_before_the_first_rejected_file() -> None:
+    metrics = AddonMetrics("pool", 3)
+
+    assert sample(metrics, "specdeploy_table_reload_errors_total", pool="pool") == 0
+    metrics.reload_failed()
+    assert sample(metrics, "specdeploy_table_reload_errors_total", pool="pool") == 1
