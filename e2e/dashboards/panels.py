@@ -36,6 +36,8 @@ class Query:
     expr: str
     legend: str
     instant: bool
+    dashed: bool = False
+    """The panel overrides this query's line style to dashed (a reference line)."""
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,29 @@ def _variable(raw: Mapping[str, Any]) -> Variable | None:
     return Variable(raw["name"], found["label"], found["match"], bool(raw.get("multi")))
 
 
+def _dashed_refs(raw: Mapping[str, Any]) -> set[str]:
+    """refIds whose series the panel's overrides draw dashed."""
+    refs = set()
+    for override in (raw.get("fieldConfig") or {}).get("overrides") or ():
+        matcher = override.get("matcher") or {}
+        for prop in override.get("properties") or ():
+            value = prop.get("value")
+            dash = prop.get("id") == "custom.lineStyle" and isinstance(value, dict)
+            if dash and value.get("fill") == "dash" and matcher.get("id") == "byFrameRefID":
+                refs.add(str(matcher.get("options")))
+    return refs
+
+
 def _queries(raw: Mapping[str, Any]) -> tuple[Query, ...]:
+    dashed = _dashed_refs(raw)
     return tuple(
-        Query(t["refId"], t["expr"], t.get("legendFormat", ""), bool(t.get("instant")))
+        Query(
+            t["refId"],
+            t["expr"],
+            t.get("legendFormat", ""),
+            bool(t.get("instant")),
+            t["refId"] in dashed,
+        )
         for t in raw.get("targets") or ()
         if not t.get("hide")
     )
@@ -213,4 +235,7 @@ def resolve(
 def expand(panel: Panel, variables: Mapping[str, str], t: Timing) -> list[Query]:
     """The panel's queries as Prometheus receives them."""
     values = {**variables, **builtins(t)}
-    return [Query(q.ref, substitute(q.expr, values), q.legend, q.instant) for q in panel.queries]
+    return [
+        Query(q.ref, substitute(q.expr, values), q.legend, q.instant, q.dashed)
+        for q in panel.queries
+    ]

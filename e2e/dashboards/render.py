@@ -17,6 +17,7 @@ import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,15 +71,25 @@ def unit_format(unit: str, value: float) -> str:
     if unit == "percentunit":
         return f"{value * 100:.0f}%"
     if unit == "s":
-        return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+        return f"{value * 1000:.3g} ms" if abs(value) < 1 else f"{value:.3g} s"
     if unit.startswith("suffix:"):
         return f"{value:.3g}{unit.split(':', 1)[1].strip()}"
     suffix = {"reqps": " req/s", "ops": " ops/s"}.get(unit, "")
     return f"{value:.3g}{suffix}"
 
 
-def _series(result: PanelResult) -> list[tuple[str, list[float], list[float]]]:
-    """(legend, times, values) for every series of every query, NaN-free."""
+@dataclass(frozen=True)
+class Line:
+    """One series as drawn: its legend, its samples (NaN-free) and its line style."""
+
+    name: str
+    times: list[float]
+    values: list[float]
+    dashed: bool = False
+
+
+def _series(result: PanelResult) -> list[Line]:
+    """Every series of every query of the panel."""
     out = []
     for r in result.results:
         for s in r.series:
@@ -86,7 +97,8 @@ def _series(result: PanelResult) -> list[tuple[str, list[float], list[float]]]:
             points = [(t, v) for t, v in points if math.isfinite(v)]
             if points:
                 times, values = zip(*points, strict=True)
-                out.append((legend(r.query.legend, s["metric"]), list(times), list(values)))
+                name = legend(r.query.legend, s["metric"])
+                out.append(Line(name, list(times), list(values), r.query.dashed))
     return out
 
 
@@ -119,12 +131,16 @@ def _draw_lines(ax: Axes, result: PanelResult) -> None:
     if style == "percent":
         _draw_percent(ax, series)
     else:
-        for i, (name, times, values) in enumerate(series):
+        for i, line in enumerate(series):
             color = PALETTE[i % len(PALETTE)]
             if style == "bars":
-                ax.bar(times, values, width=0.8 * _bar_width(times), color=color, label=name)
+                width = 0.8 * _bar_width(line.times)
+                ax.bar(line.times, line.values, width=width, color=color, label=line.name)
             else:
-                ax.plot(times, values, color=color, linewidth=1.2, label=name)
+                dash = "--" if line.dashed else "-"
+                ax.plot(line.times, line.values, dash, color=color, linewidth=1.2, label=line.name)
+    if style == "bars" and not any(v for line in series for v in line.values):
+        ax.set_ylim(0, 1)  # all zero (no errors): a baseline at the bottom, as Grafana draws it
     ax.legend(
         loc="upper left",
         fontsize=6,
@@ -140,17 +156,17 @@ def _bar_width(times: Sequence[float]) -> float:
     return min((b - a for a, b in itertools.pairwise(times)), default=10.0)
 
 
-def _draw_percent(ax: Axes, series: list[tuple[str, list[float], list[float]]]) -> None:
+def _draw_percent(ax: Axes, series: list[Line]) -> None:
     """Stacked to 100 % at each time every series has a sample."""
-    grid = sorted(set.intersection(*(set(t) for _n, t, _v in series)))
+    grid = sorted(set.intersection(*(set(line.times) for line in series)))
     if not grid:
-        grid = sorted({t for _n, times, _v in series for t in times})
-    rows = [dict(zip(t, v, strict=True)) for _n, t, v in series]
+        grid = sorted({t for line in series for t in line.times})
+    rows = [dict(zip(line.times, line.values, strict=True)) for line in series]
     stacks = [[row.get(t, 0.0) for t in grid] for row in rows]
     totals = [sum(col) or 1.0 for col in zip(*stacks, strict=True)]
     shares = [[v / tot for v, tot in zip(s, totals, strict=True)] for s in stacks]
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(series))]
-    ax.stackplot(grid, shares, labels=[n for n, _t, _v in series], colors=colors, alpha=0.8)
+    ax.stackplot(grid, shares, labels=[line.name for line in series], colors=colors, alpha=0.8)
     ax.set_ylim(0, 1)
 
 
@@ -159,13 +175,12 @@ def _draw_stat(ax: Axes, result: PanelResult) -> None:
     if not series:
         _no_data(ax, "No data")
         return
-    lines = [f"{unit_format(result.panel.unit, values[-1])}" for _n, _t, values in series]
-    names = [name for name, _t, _v in series]
-    for i, (_name, times, values) in enumerate(series):
-        ax.fill_between(times, values, color=PALETTE[i % len(PALETTE)], alpha=0.25)
+    for i, line in enumerate(series):
+        ax.fill_between(line.times, line.values, color=PALETTE[i % len(PALETTE)], alpha=0.25)
     ax.set_xticks([])
     ax.set_yticks([])
-    text = "\n".join(f"{value}   {name}" for value, name in zip(lines, names, strict=True))
+    unit = result.panel.unit
+    text = "\n".join(f"{unit_format(unit, line.values[-1])}   {line.name}" for line in series)
     ax.text(
         0.5,
         0.5,

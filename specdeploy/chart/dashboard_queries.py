@@ -60,6 +60,8 @@ ACCEPTANCE_BY_POSITION = ratio(
     "specdeploy_draft_positions_reached_total",
     f"{POOL}, position",
 )
+ACCEPTANCE_PROFILE = gauge("specdeploy_acceptance_profile", "avg", f"{POOL}, position")
+"""The profile's a_i for the table in force: the reference live acceptance drifts from."""
 ACCEPTANCE_GIVEN_DRAFT = ratio(
     "specdeploy_accepted_tokens_total", "specdeploy_draft_tokens_total", f"{POOL}, position"
 )
@@ -128,10 +130,21 @@ REPLICAS = f'count by ({POOL}) (up{{job="vllm", {SELECTOR}}} == 1)'
 OPERATOR = 'job="specdeploy-operator"'
 RECONCILES = f"sum by (outcome) (rate(specdeploy_operator_reconciles_total{{{OPERATOR}}}[{RI}]))"
 TELEMETRY_AGE = (
-    f"time() - max(specdeploy_operator_telemetry_last_cycle_timestamp_seconds{{{OPERATOR}}})"
+    f"time() - (max(specdeploy_operator_telemetry_last_cycle_timestamp_seconds{{{OPERATOR}}}) > 0)"
 )
+"""The gauge is 0 until the first cycle ends: that is "no cycle yet", not 56 years ago."""
 PROMQL_FAILURES = (
     f"sum by (problem) (rate(specdeploy_operator_promql_query_failures_total{{{OPERATOR}}}[{RI}]))"
 )
+PROFILING_FAILED_SELECTOR = (
+    f'{OPERATOR}, specdeploy_namespace=~"$namespace", '
+    'specdeploy_deployment=~"$deployment", specdeploy_pool=~"$pool"'
+)
+PROFILING_FAILED = (
+    f"sum(specdeploy_operator_profiling_failed{{{PROFILING_FAILED_SELECTOR}}}) or vector(0)"
+)
+"""Pools whose profiling failed (the operator exports a series only for those: ``or
+vector(0)`` makes "none" a 0, not "no data"). The operator's own ``namespace`` label is
+its pod's, so the deployment's namespace is ``specdeploy_namespace``."""
 OPERATOR_POOLS = f"max(specdeploy_operator_pools{{{OPERATOR}}})"
 OPERATOR_LEADERS = f"sum(specdeploy_operator_leader{{{OPERATOR}}})"

@@ -50,6 +50,8 @@ Kind = Literal["timeseries", "bars", "share", "stat", "table"]
 class Target:
     expr: str
     legend: str
+    dashed: bool = False
+    """Drawn dashed: a reference (the profile's, the prediction) beside what is live."""
 
 
 @dataclass(frozen=True)
@@ -67,8 +69,11 @@ class PanelSpec:
     """``min``/``max`` of the axis, when the quantity has natural bounds."""
 
 
-def t(expr: str, legend: str) -> Target:
-    return Target(expr, legend)
+def t(expr: str, legend: str, *, dashed: bool = False) -> Target:
+    return Target(expr, legend, dashed)
+
+
+DASHED = [dm.DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]})]
 
 
 POOL_LEGEND = "{{specdeploy_deployment}}/{{specdeploy_pool}}"
@@ -106,6 +111,8 @@ def _panel(spec: PanelSpec, panel_id: int) -> gd.Panel:
         builder = builder.max(spec.extra["max"])
     for i, target in enumerate(spec.targets):
         builder = builder.with_target(_target(i, target, instant=spec.kind == "table"))
+        if target.dashed:
+            builder = builder.override_by_query(chr(ord("A") + i), DASHED)
     return builder  # type: ignore[return-value]  # every panel builder builds a dm.Panel
 
 
@@ -198,12 +205,13 @@ def acceptance_panels() -> list[PanelSpec]:
         PanelSpec(
             "Live acceptance per position (a_i)",
             "Accepted over reached per draft position: a position the drafter did not propose "
-            "counts as rejected (the a_i of AL(K)). Dashed: vLLM's own view, accepted over "
-            "proposed. The profile's a_i is not exported as a metric yet (it lives in the "
-            "SpeculationProfile's spec.acceptance and status.live).",
+            "counts as rejected (the a_i of AL(K)), against the profile's a_i (dashed) for the "
+            "table in force (specdeploy_acceptance_profile) and vLLM's own view, accepted given a "
+            "draft. Live far below the profile's: the workload moved (acceptance drift).",
             "percentunit",
             (
                 t(q.ACCEPTANCE_BY_POSITION, f"{POOL_LEGEND} a_{{{{position}}}}"),
+                t(q.ACCEPTANCE_PROFILE, f"{POOL_LEGEND} profile a_{{{{position}}}}", dashed=True),
                 t(q.ACCEPTANCE_GIVEN_DRAFT, f"{POOL_LEGEND} given a draft, pos {{{{position}}}}"),
             ),
             extra={"min": 0, "max": 1},
@@ -263,7 +271,7 @@ def goodput_panels() -> list[PanelSpec]:
             "Observed: AL over the mean clean-decode step time, from the same counters.",
             "suffix: tok/s",
             (
-                t(q.PREDICTED_GOODPUT, f"{POOL_LEGEND} predicted"),
+                t(q.PREDICTED_GOODPUT, f"{POOL_LEGEND} predicted", dashed=True),
                 t(q.OBSERVED_GOODPUT, f"{POOL_LEGEND} observed"),
             ),
         ),
@@ -372,11 +380,20 @@ def control_panels() -> list[PanelSpec]:
         PanelSpec(
             "Profile and table in force",
             "Per pool: the policy, SpeculationProfile and table digest in force "
-            "(specdeploy_table_info). The profiling state (Job running, failed) is not "
-            "exported as a metric: read it from `kubectl get sdep` (status.phase, Profiled).",
+            "(specdeploy_table_info). A pool still profiling has no serving pod yet, so no "
+            "row: `kubectl get sdep` shows its phase.",
             "short",
             (t(q.TABLE_IN_FORCE, POOL_LEGEND),),
             kind="table",
+            width=6,
+        ),
+        PanelSpec(
+            "Pools whose profiling failed",
+            "Pools whose Profiled condition says their profiling Job failed "
+            "(specdeploy_operator_profiling_failed); 0 when none.",
+            "short",
+            (t(q.PROFILING_FAILED, "profiling failed"),),
+            kind="stat",
             width=6,
         ),
     ]
@@ -389,14 +406,14 @@ def operator_panels() -> list[PanelSpec]:
             "Reconciles per second by outcome (ok | retry | error).",
             "ops",
             (t(q.RECONCILES, "{{outcome}}"),),
-            width=8,
+            width=6,
         ),
         PanelSpec(
             "Telemetry loop: seconds since the last cycle",
             "time() minus the last telemetry cycle's end: it grows when the loop stalls.",
             "s",
             (t(q.TELEMETRY_AGE, "age"),),
-            width=8,
+            width=6,
         ),
         PanelSpec(
             "Operator: pools, leaders, PromQL failures",
@@ -408,7 +425,7 @@ def operator_panels() -> list[PanelSpec]:
                 t(q.OPERATOR_LEADERS, "leaders"),
                 t(q.PROMQL_FAILURES, "failures/s {{problem}}"),
             ),
-            width=8,
+            width=6,
         ),
     ]
 

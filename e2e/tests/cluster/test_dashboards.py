@@ -85,4 +85,9 @@ def test_every_dashboard_query_returns_data_and_the_boards_render(
     pngs = render.render_results(collected, out)
     assert sorted(p.name for p in pngs) == ["specdeploy-fleet.png", "specdeploy-pool.png"]
     assert all(p.stat().st_size > 50_000 for p in pngs), [p.stat().st_size for p in pngs]
+    # The command make demo's helper runs: All namespaces, the pool board's first pool.
+    cli_out = tmp_path / "cli"
+    argv = ["--prometheus", operator.prometheus_url, "--out", str(cli_out), "--window", "120"]
+    assert render.main([*argv, "--scrape-interval", str(SCRAPE_S)]) == 0
+    assert sorted(p.name for p in cli_out.glob("*.png")) == [p.name for p in sorted(pngs)]
     print(f"\ndashboards e2e: {time.monotonic() - started:.0f} s; PNGs: {[str(p) for p in pngs]}")

@@ -32,6 +32,16 @@ def exprs(board: Obj) -> list[str]:
     return [t["expr"] for p in data_panels(board) for t in p["targets"]]
 
 
+def failed_profiling(name: str, gpu_type: str) -> Obj:
+    """A deployment whose Profiled condition names one failed pool."""
+    condition = {"type": "Profiled", "status": "False", "reason": "ProfilingFailed",
+                 "message": f"{gpu_type}: the Job failed"}  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "status": {"conditions": [condition], "pools": [{"gpuType": gpu_type}]},
+    }
+
+
 def exported_names() -> set[str]:
     """Every series name the add-on, the operator and vLLM export (plus Prometheus's ``up``),
     read from the real metric objects after one step: no error has happened yet."""
@@ -41,9 +51,12 @@ def exported_names() -> set[str]:
     addon.table_installed(1, "adaptive", "p-1", "abc")
     addon.goodput(100.0)
     addon.gain_over_vanilla(1.5)
+    addon.profile_acceptance((0.8, 0.6))
+    operator = OperatorMetrics()
+    operator.known([failed_profiling("chat", "NVIDIA-L40S")])
     vllm = VllmMetrics("llama", max_model_len=2048, num_spec_tokens=3)
     names = {"up"}
-    for registry in (addon.registry, OperatorMetrics().registry, vllm.registry):
+    for registry in (addon.registry, operator.registry, vllm.registry):
         for family in registry.collect():
             names.update(s.name for s in family.samples)
     return names
@@ -129,6 +142,9 @@ def test_the_error_counters_exist_before_any_error() -> None:
 def test_pool_queries_filter_on_all_three_variables_and_operator_queries_on_its_job() -> None:
     for board in BOARDS.values():
         for e in exprs(board):
+            if "specdeploy_operator_profiling_failed" in e:
+                for var in ("$namespace", "$deployment", "$pool"):
+                    assert var in e, f"{e} ignores {var}"
             if "specdeploy_operator_" in e:
                 assert 'job="specdeploy-operator"' in e, e
             else:
@@ -142,7 +158,7 @@ def test_the_pool_board_has_every_panel_the_issue_asks_for() -> None:
         *("K chosen over time", "K distribution", "acceptance per position", "Drafting rate"),
         *("Acceptance length", "Step time by K", "Verified tokens", "predicted against observed"),
         *("speedup over plain decoding", "Batch-size distribution", "Table generation"),
-        *("reload", "Profile", "Request rate", "latency", "Replicas"),
+        *("reload", "Profile", "profiling failed", "Request rate", "latency", "Replicas"),
     )
     for wanted in wanted_titles:
         assert wanted.lower() in titles.lower(), wanted

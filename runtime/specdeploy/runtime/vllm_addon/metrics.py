@@ -158,8 +158,9 @@ class AddonMetrics:
             p,
             registry=r,
         )
-        # Error counters exist at 0 from the start: increase() and alerts then see the
-        # first error as a change, and a dashboard shows 0 rather than "no data".
+        # At 0 from the start: the first rejected file is then an increase an
+        # alert sees, not a new series that increase() cannot rate (and a dashboard
+        # shows 0 rather than "no data"); the same for policy errors.
         self.reload_errors.labels(pool)
         self.policy_errors.labels(pool)
         self._info: tuple[str, str, str] | None = None
