@@ -1,5 +1,9 @@
 # Two commands do all set-up on a new machine (see README, CONTRIBUTING.md):
-#   make demo   -- the main job: the simulator benchmark (modelled figures)
+#   make demo   -- the main job: the local cluster (binaries built once, then cached), the
+#                  chart installed with Helm, the example served under a traffic shift, live
+#                  status, the dashboards drawn to PNGs from the live Prometheus; torn down
+#                  after (KEEP=1: left up, the export lines to use it printed)
+#   make bench  -- the simulator benchmark (modelled figures) and the policies' per-step cost
 #   make test   -- install everything the suite needs (the project's .venv, vLLM's
 #                  CPU venv with torch, the control plane's binaries), then lint,
 #                  type-check, check the layers and run every test: none skips
@@ -30,8 +34,10 @@ install: $(STAMP)
 lock:
 	scripts/lock.sh
 
+# The fleet on the local cluster (e2e/demo): about 2.5 min warm on 2 cores; the first run
+# on a machine also builds the binaries (build.sh; the demo prints its estimate).
 demo: $(STAMP)
-	$(BIN)/python bench/run_sim_bench.py --out bench/results
+	$(BIN)/python -m e2e.demo $(if $(KEEP),--keep)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -64,9 +70,11 @@ cluster: $(STAMP) cluster-bins
 test: lint typecheck layers vllm-venv cluster-bins
 	$(BIN)/pytest
 
-# Modelled benchmarks and the policies' per-step cost (no vLLM; bench/README.md
-# lists the CPU measurements that need the vLLM venv and a quiet machine).
+# Modelled benchmarks (the simulator's, once `make demo`) and the policies' per-step cost
+# (no vLLM; bench/README.md lists the CPU measurements that need the vLLM venv and a
+# quiet machine).
 bench: $(STAMP)
+	$(BIN)/python bench/run_sim_bench.py --out bench/results
 	$(BIN)/python bench/bench_hot_path.py
 	$(BIN)/python bench/profiler_search.py
 

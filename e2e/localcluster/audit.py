@@ -6,7 +6,9 @@ two times without instrumenting the client: the operator (user agent
 ``specdeploy``, as the profiler's) is told apart from the harness's own
 client (``kubeapi.HARNESS_USER_AGENT``) and the profiler (its ServiceAccount).
 
-The operator's own ServiceAccount (``identity.USER``) is logged for every
+The operator's own ServiceAccount (``identity.USER``), and the chart's two
+(release ``specdeploy`` in ``specdeploy-system``: the operator's and its CRD
+hook's, ``e2e/tests/cluster/test_helm_install.py``), are logged for every
 verb, reads and watches too, so the log proves least privilege both ways:
 no request of the operator's was refused (``refused``), and every verb its
 ClusterRole grants was used (``unused_grants``).
@@ -32,6 +34,8 @@ rules:
   users:
   - system:serviceaccount:specdeploy-system:specdeploy-operator
   - system:serviceaccount:specdeploy-system:specdeploy-operator-namespaced
+  - system:serviceaccount:specdeploy-system:specdeploy
+  - system:serviceaccount:specdeploy-system:specdeploy-crd-upgrade
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
 - level: None

@@ -19,6 +19,13 @@ harness, so a spec written for a real cluster works here unchanged:
   ``--port`` and the add-on's metrics port become free loopback ports, which
   the stand-in publishes on the pod (``LOCAL_HTTP``/``LOCAL_METRICS``
   annotations, read by the gateway) and to Prometheus (file discovery);
+* **the chart's operator pods** (``specdeploy operator ...``: the operator's
+  Deployment and the CRD-upgrade hook Job) run their own command, as a
+  kubelet would run that container: under the pod's ServiceAccount (its
+  bound token, the cluster CA), with the pod's env. ``specdeploy operator
+  run`` listens on all addresses at fixed ports in its pod; on one host the
+  metrics and liveness ports become free loopback ports (``operator_args``),
+  the metrics one announced to Prometheus as job ``specdeploy-operator``;
 * pods marked ``specdeploy.io/run-locally`` run their command unchanged
   (a test's own pods).
 
@@ -28,6 +35,7 @@ Everything else on a fake node is left to KWOK. Pure: no I/O.
 from __future__ import annotations
 
 import sys
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -53,6 +61,7 @@ class Kind(StrEnum):
     """What the stand-in does with a pod on a fake GPU node."""
 
     AS_IS = "as-is"
+    OPERATOR = "operator"
     PROFILER = "profiler"
     SERVING = "serving"
     NONE = "none"
@@ -71,7 +80,15 @@ def kind_of(pod: Mapping[str, Any]) -> Kind:
         return Kind.SERVING
     if line[:2] == ["specdeploy", "profile"]:
         return Kind.PROFILER
+    if line[:2] == ["specdeploy", "operator"]:
+        return Kind.OPERATOR
     return Kind.NONE
+
+
+def needs_gpu(kind: Kind) -> bool:
+    """Whether the kind emulates a GPU, so that its node must have one (the operator's
+    own pods run on any node, and a test's marked pods decide for themselves)."""
+    return kind in (Kind.PROFILER, Kind.SERVING)
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,52 @@ def profiler_args(args: Sequence[str], gpu_product: str) -> list[str]:
     preset = preset_for(flags.get("--model", ""), flags.get("--method", "ngram"))
     out = [a for a in args if not a.startswith(("--backend=", "--gpu-type="))]
     return [*out, "--backend=sim", "--emulate", f"--preset={preset}", f"--gpu-type={gpu_product}"]
+
+
+OPERATOR_PORT_FLAGS = ("--metrics-port", "--metrics-addr", "--liveness")
+
+
+def operator_args(args: Sequence[str], ports: Ports) -> list[str]:
+    """``specdeploy operator run`` arguments for a process on the host's loopback.
+
+    ``ports.metrics`` replaces the pod's ``--metrics-port`` (unless it is 0: off) and
+    ``--metrics-addr`` becomes 127.0.0.1; a ``--liveness`` URL keeps its path on
+    ``ports.http``. Both ``--flag=value`` and ``--flag value`` are read, since a chart
+    may write either. Other subcommands (the CRD hook's) run unchanged.
+    """
+    if list(args[:2]) != ["operator", "run"]:
+        return list(args)
+    flags, rest = _split_flags(args[2:], OPERATOR_PORT_FLAGS)
+    out = [*args[:2], *rest]
+    if flags.get("--metrics-port") != "0":
+        out += [f"--metrics-port={ports.metrics}", "--metrics-addr=127.0.0.1"]
+    else:
+        out.append("--metrics-port=0")
+    if "--liveness" in flags:
+        path = urllib.parse.urlsplit(flags["--liveness"]).path or "/healthz"
+        out.append(f"--liveness=http://127.0.0.1:{ports.http}{path}")
+    return out
+
+
+def operator_metrics_on(args: Sequence[str]) -> bool:
+    """Whether an ``operator_args`` command line serves /metrics (``--metrics-port`` not 0)."""
+    return list(args[:2]) == ["operator", "run"] and "--metrics-port=0" not in args
+
+
+def _split_flags(args: Sequence[str], names: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """The values of ``names`` (either form) and the other arguments, in order."""
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    items = iter(args)
+    for arg in items:
+        name, sep, value = arg.partition("=")
+        if name not in names:
+            rest.append(arg)
+        elif sep:
+            found[name] = value
+        else:
+            found[name] = next(items, "")
+    return found, rest
 
 
 def serving_argv(args: Sequence[str], ports: Ports) -> list[str]:

@@ -1,9 +1,12 @@
-"""The kubelet stand-in: runs fake GPU nodes' pods locally, then ends them through KWOK.
+"""The kubelet stand-in: runs fake nodes' pods locally, then ends them through KWOK.
 
 KWOK nodes run no containers. Every pod the operator puts on a fake GPU node
 does here what it would do on that GPU (``emulation``: profiling pods run
 the profiler on the simulator for the node's GPU type, serving pods the
-emulated vLLM server), and a pod with the annotation
+emulated vLLM server); the chart's own pods (``specdeploy operator ...``: the
+operator and its CRD-upgrade hook) run their command on whichever fake node
+the scheduler chose - the emulation of a kubelet running that container, as
+that pod's ServiceAccount; and a pod with the annotation
 ``specdeploy.io/run-locally: "true"`` runs its own command. Once KWOK has
 made such a pod Running on a fake node, this process does what a kubelet would:
 
@@ -26,7 +29,11 @@ made such a pod Running on a fake node, this process does what a kubelet would:
 
 A serving pod's process gets loopback ports for its container ports; they
 are published on the pod (``emulation.LOCAL_HTTP``, read by the gateway) and
-as Prometheus file-discovery targets while the pod runs.
+as Prometheus file-discovery targets while the pod runs. An operator pod's
+metrics and liveness ports are moved to loopback ports the same way; its
+metrics port is published on the pod (``LOCAL_METRICS``) and to Prometheus
+as job ``specdeploy-operator`` (what the chart's PodMonitor scrapes in a real
+cluster).
 
 A pod deleted while its command runs has the command's process group killed.
 The stand-in lists pods every ``POLL`` seconds instead of watching: a local
@@ -80,6 +87,8 @@ class TargetSink(Protocol):
 
     def withdraw(self, pod: Mapping[str, Any]) -> None: ...
 
+    def publish_operator(self, pod: Mapping[str, Any], address: str) -> None: ...
+
 
 class PrometheusTargets:
     """A serving pod's two metrics endpoints as Prometheus file-discovery targets
@@ -102,6 +111,14 @@ class PrometheusTargets:
             api=f"127.0.0.1:{ports.http}",
             addon=f"127.0.0.1:{ports.metrics}",
         )
+        prometheus.write_targets(self.directory, self._name(pod), groups)
+
+    def publish_operator(self, pod: Mapping[str, Any], address: str) -> None:
+        """An operator pod's ``/metrics``: job ``specdeploy-operator``, with its pod's name."""
+        meta = pod["metadata"]
+        (group,) = prometheus.operator_target_groups(address)
+        labels = {**group.labels, "namespace": meta["namespace"], "pod": meta["name"]}
+        groups = [prometheus.TargetGroup(group.targets, labels)]
         prometheus.write_targets(self.directory, self._name(pod), groups)
 
     def withdraw(self, pod: Mapping[str, Any]) -> None:
@@ -143,6 +160,9 @@ class PodRun:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     termination_files: dict[str, Path] = field(default_factory=dict)
     ports: emulation.Ports | None = None
+    """A serving pod's loopback ports (published on the pod and to Prometheus)."""
+    operator_metrics: str | None = None
+    """An operator pod's ``/metrics`` address on the loopback, when it serves one."""
     synced: dict[str, str] = field(default_factory=dict)
     """ConfigMap/Secret volume directory -> the digest of the data it holds."""
 
@@ -238,7 +258,7 @@ class StandIn:
         run = PodRun(pod, _pod_dir(self.pods_dir, pod), kind=kind, gpu=gpu)
         self.runs[run.key] = run
         try:
-            if kind is not Kind.AS_IS and not gpu:
+            if emulation.needs_gpu(kind) and not gpu:
                 raise ValueError(
                     f"node {pod['spec'].get('nodeName')} has no {emulation.GPU_PRODUCT_LABEL} label"
                 )
@@ -246,6 +266,8 @@ class StandIn:
                 self._start_container(run, container)
             if run.ports is not None:
                 self._publish(run)
+            if run.operator_metrics is not None:
+                self._publish_operator(run)
         # PodConfigError and RealVllmUnavailable included
         except (ValueError, KeyError, ApiError, OSError, RuntimeError) as err:
             self._stop(run)
@@ -263,8 +285,20 @@ class StandIn:
         if self.targets is not None:
             self.targets.publish(run.pod, run.ports)
 
+    def _publish_operator(self, run: PodRun) -> None:
+        """The operator pod's metrics port: on the pod and to Prometheus (``publish_operator``)."""
+        assert run.operator_metrics is not None
+        pid = next(iter(run.processes.values())).pid
+        meta = run.pod["metadata"]
+        path = paths.path("Pod", namespace=meta["namespace"], name=meta["name"])
+        annotations = {emulation.LOCAL_METRICS: run.operator_metrics, emulation.LOCAL_PID: str(pid)}
+        self.api.merge_patch(path, {"metadata": {"annotations": annotations}})
+        if self.targets is not None:
+            self.targets.publish_operator(run.pod, run.operator_metrics)
+
     def _withdraw(self, run: PodRun) -> None:
-        if run.ports is not None and self.targets is not None:
+        published = run.ports is not None or run.operator_metrics is not None
+        if published and self.targets is not None:
             self.targets.withdraw(run.pod)
 
     def _stop(self, run: PodRun) -> None:
@@ -312,6 +346,13 @@ class StandIn:
         """The command line the pod's kind runs on this node's emulated GPU (``emulation``)."""
         if run.kind is Kind.PROFILER and argv[:2] == ["specdeploy", "profile"]:
             return ["specdeploy", *emulation.profiler_args(argv[1:], run.gpu)]
+        if run.kind is Kind.OPERATOR and argv[:2] == ["specdeploy", "operator"]:
+            # The container's own command (the kubelet's job), its ports moved to loopback.
+            ports = emulation.Ports(_free_port(), _free_port())
+            args = emulation.operator_args(argv[1:], ports)
+            if emulation.operator_metrics_on(args):
+                run.operator_metrics = f"127.0.0.1:{ports.metrics}"
+            return ["specdeploy", *args]
         if run.kind is Kind.SERVING and argv[:2] == ["vllm", "serve"]:
             run.ports = emulation.Ports(_free_port(), _free_port())
             env.update(emulation.serving_env(run.ports, run.gpu))

@@ -6,5 +6,6 @@ not copies: the operator's RBAC rules come from ``operator.builders.rbac``
 ``crds/`` (generated from the API models), and ``values.schema.json`` from the
 typed values model in ``values``. ``generate`` writes them and lists stale ones;
 ``specdeploy chart generate [--check]`` is its command line. Pure except
-``generate.write``. The alerts (``alerts``, rendered into ``rules/``) follow the same habit.
+``generate.write``. The alerts (``alerts``, rendered into ``rules/``) and the dashboards
+(``dashboards``) follow the same habit.
 """

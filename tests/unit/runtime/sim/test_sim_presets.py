@@ -67,7 +67,7 @@ def test_seed_dense_in_the_engine_fixed_k3_loses_to_vanilla_at_256_and_best_k_wi
     fixed1 = _tokens_per_s("seed-dense", 256, 1)
     assert fixed3 < 0.85 * vanilla
     # The calibrated model puts the best K within a few percent of vanilla at 256
-    # (the seed measured +1.8%: README, "What make demo shows").
+    # (the seed measured +1.8%: README, "What make bench shows").
     assert 0.95 * vanilla < fixed1 < 1.05 * vanilla
     assert fixed1 > 1.2 * fixed3
 
