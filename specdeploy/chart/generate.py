@@ -6,7 +6,10 @@ Generated, never edited by hand (each from its one source):
 * ``templates/_rbac-rules.tpl`` from ``operator.builders.rbac`` (``rbac``);
 * ``crds/*.yaml``, copies of the repository's ``crds/`` (themselves generated
   from the API models by ``specdeploy operator crds``). Helm installs ``crds/``
-  on first install only; the chart's upgrade hook applies the same files.
+  on first install only; the chart's upgrade hook applies the same files;
+* ``rules/specdeploy-alerts.yaml`` from ``alerts`` (the PrometheusRule's spec);
+* ``dashboards/*.json`` from ``dashboards`` (grafana-foundation-sdk, a dev
+  dependency: imported only when generating, so the wheel's CLI runs without it).
 
 Pure except ``write``.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdeploy.chart import rbac, values
+from specdeploy.chart import alerts, rbac, values
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specdeploy"
@@ -33,7 +36,20 @@ def outputs(crds: Path = CRDS) -> dict[str, str]:
     }
     for crd in sorted(crds.glob("*.yaml")):
         files[f"crds/{crd.name}"] = crd.read_text()
+    files.update(alerts.files())
+    files.update(_dashboards())
     return files
+
+
+def _dashboards() -> dict[str, str]:
+    try:
+        from specdeploy.chart import dashboards
+    except ImportError as err:  # a wheel install without the dev extra
+        raise RuntimeError(
+            f"generating the dashboards needs grafana-foundation-sdk ({err}); "
+            "run `make install` in a checkout"
+        ) from err
+    return dashboards.files()
 
 
 def stale_files(chart: Path = CHART, crds: Path = CRDS) -> list[str]:
