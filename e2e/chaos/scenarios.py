@@ -626,7 +626,7 @@ def matrix() -> list[Scenario]:
             f"C1a-n{n}",
             f"SIGKILL after write {n} of the first reconcile",
             c1a(n),
-            per_pr=n in (3, 5),
+            per_pr=n == 3,
         )
         for n in range(1, C1A_WRITES + 1)
     ]
@@ -635,7 +635,7 @@ def matrix() -> list[Scenario]:
             f"C1b-n{n}",
             f"SIGKILL after write {n} of the profile-landed reconcile",
             c1b(n),
-            per_pr=n in (2, 4),
+            per_pr=n == 2,
         )
         for n in range(1, C1B_WRITES + 1)
     ]
