@@ -7,20 +7,15 @@ metrics it reads. Here each panel is a small typed value whose PromQL comes
 from ``dashboard_queries`` (which names only series that exist), built with
 grafana-foundation-sdk (the Grafana 12 build, schemaVersion 41), and written
 into ``charts/specdeploy/dashboards/``; the chart renders each file into a
-ConfigMap labelled for Grafana's sidecar. ``--check`` fails when the
-committed JSON is stale, ``--write`` regenerates it.
-
-Usage: ``python -m specdeploy.chart.dashboards --check | --write [--root DIR]``.
+ConfigMap labelled for Grafana's sidecar. ``specdeploy chart generate``
+writes it (``--check`` fails when the committed JSON is stale).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from grafana_foundation_sdk.builders import dashboard as gd
@@ -36,7 +31,6 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from specdeploy.chart import dashboard_queries as q
 
-CHART = Path("charts/specdeploy")
 FLEET_FILE = "dashboards/specdeploy-fleet.json"
 POOL_FILE = "dashboards/specdeploy-pool.json"
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -470,44 +464,3 @@ def render(board: dict[str, object]) -> str:
 def files() -> dict[str, str]:
     """Chart-relative path -> file content, for ``specdeploy chart generate``."""
     return {FLEET_FILE: render(fleet()), POOL_FILE: render(pool())}
-
-
-def stale(root: Path) -> list[str]:
-    """Chart-relative paths whose committed content differs from ``files()``."""
-    chart = root / CHART
-    return [
-        rel
-        for rel, text in files().items()
-        if not (chart / rel).is_file() or (chart / rel).read_text() != text
-    ]
-
-
-def write(root: Path) -> list[Path]:
-    written = []
-    for rel, text in files().items():
-        path = root / CHART / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        written.append(path)
-    return written
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specdeploy.chart.dashboards")
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--check", action="store_true", help="fail when the JSON is stale")
-    mode.add_argument("--write", action="store_true", help="regenerate the JSON")
-    parser.add_argument("--root", type=Path, default=Path.cwd(), help="the repository root")
-    args = parser.parse_args(argv)
-    if args.write:
-        for path in write(args.root):
-            print(f"wrote {path}")
-        return 0
-    behind = stale(args.root)
-    for rel in behind:
-        print(f"stale: {CHART / rel} (run python -m specdeploy.chart.dashboards --write)")
-    return 1 if behind else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

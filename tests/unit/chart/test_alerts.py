@@ -5,7 +5,6 @@ cases firing and not firing (tests/alerts runs them)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -40,10 +39,6 @@ def exported(registry: CollectorRegistry) -> set[str]:
 def metric_names(expr: str) -> set[str]:
     """The series names an expression selects (identifiers before a ``{``)."""
     return {m for m in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr) if m not in PROMQL_WORDS}
-
-
-def test_the_committed_rules_file_is_what_the_code_renders() -> None:
-    assert alerts.stale(CHART) == [], "run: python -m specdeploy.chart.alerts --write"
 
 
 def test_the_file_is_a_rules_file_of_the_alerts_in_order() -> None:
@@ -98,19 +93,3 @@ def test_every_alert_has_promtool_cases_firing_and_not_firing(alert: alerts.Aler
 
     assert any(case.get("exp_alerts") for case in mine), "no case where it fires"
     assert any(not case.get("exp_alerts") for case in mine), "no case where it stays quiet"
-
-
-def test_check_fails_on_a_stale_file_and_write_makes_it_fresh(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    rules = tmp_path / alerts.RULES_FILE
-    rules.parent.mkdir(parents=True)
-    rules.write_text("groups: []\n")
-
-    stale = alerts.main(["--check", "--chart", str(tmp_path)])
-    wrote = alerts.main(["--write", "--chart", str(tmp_path)])
-    fresh = alerts.main(["--check", "--chart", str(tmp_path)])
-
-    assert (stale, wrote, fresh) == (1, 0, 0)
-    assert "is stale" in capsys.readouterr().out
-    assert rules.read_text() == alerts.render()

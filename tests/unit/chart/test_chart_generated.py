@@ -37,6 +37,14 @@ def chart_copy(tmp_path: Path) -> Path:
             id="edited-crd-copy",
         ),
         pytest.param(lambda c: (c / "crds" / "old.yaml").write_text("x: 1\n"), id="foreign-crd"),
+        pytest.param(
+            lambda c: (c / "rules" / "specdeploy-alerts.yaml").write_text("groups: []\n"),
+            id="edited-alerts",
+        ),
+        pytest.param(
+            lambda c: (c / "dashboards" / "specdeploy-fleet.json").unlink(),
+            id="missing-dashboard",
+        ),
     ],
 )
 def test_each_kind_of_drift_is_reported_and_regeneration_repairs_it(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +13,6 @@ from specdeploy.chart import dashboards
 from specdeploy.operator.metrics import OperatorMetrics
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
-from tests.paths import ROOT
 
 Obj = dict[str, Any]
 BOARDS = {
@@ -60,20 +58,6 @@ def exported_names() -> set[str]:
         for family in registry.collect():
             names.update(s.name for s in family.samples)
     return names
-
-
-def test_the_committed_dashboards_are_current() -> None:
-    stale = dashboards.stale(ROOT)
-    assert not stale, f"{stale} are stale: run python -m specdeploy.chart.dashboards --write"
-
-
-def test_check_fails_on_a_stale_or_missing_file_and_passes_after_write(tmp_path: Path) -> None:
-    assert dashboards.main(["--check", "--root", str(tmp_path)]) == 1
-    assert dashboards.main(["--write", "--root", str(tmp_path)]) == 0
-    assert dashboards.main(["--check", "--root", str(tmp_path)]) == 0
-    fleet = tmp_path / dashboards.CHART / dashboards.FLEET_FILE
-    fleet.write_text(fleet.read_text().replace("specdeploy_k", "specdeploy_kk"))
-    assert dashboards.stale(tmp_path) == [dashboards.FLEET_FILE]
 
 
 def test_files_are_the_two_boards_under_the_chart() -> None:
