@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from specdeploy.operator.autoscale import (
@@ -110,7 +112,7 @@ def test_an_oscillating_load_changes_direction_at_most_once_per_window() -> None
             directions.append((now, state.direction))
 
     times = [t for t, _ in directions]
-    assert all(b - a >= window for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a >= window for a, b in itertools.pairwise(times))
     assert state.replicas == 6  # held at the higher count
 
 
