@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 
@@ -72,7 +73,7 @@ def test_bad_inputs_are_refused() -> None:
         Demand(1.0).tokens_per_second(0)
 
 
-def run(recommendations: list[tuple[float, int]], **windows: float) -> ScaleState:
+def run(recommendations: Sequence[tuple[float, int]], **windows: float) -> ScaleState:
     start, first = recommendations[0]
     state = ScaleState(replicas=first, recent=((start, first),))
     for now, n in recommendations[1:]:
