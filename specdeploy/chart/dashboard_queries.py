@@ -110,8 +110,8 @@ POLICY_ERRORS = (
     f"sum by ({POOL}) (increase(specdeploy_policy_errors_total{{{SELECTOR}}}[$__range]))"
 )
 TABLE_IN_FORCE = gauge("specdeploy_table_info", "max", f"{POOL}, policy, profile, digest")
-"""Which table and profile each pool runs (the profiling state itself is not exported:
-see the panel's description)."""
+"""Which table and profile each pool runs (a pool still profiling has no pod: its state is
+``POOL_STATES``, from the operator)."""
 
 # ---- vLLM's own ---------------------------------------------------------------------
 
@@ -136,15 +136,22 @@ TELEMETRY_AGE = (
 PROMQL_FAILURES = (
     f"sum by (problem) (rate(specdeploy_operator_promql_query_failures_total{{{OPERATOR}}}[{RI}]))"
 )
-PROFILING_FAILED_SELECTOR = (
+OPERATOR_POOL_SELECTOR = (
     f'{OPERATOR}, specdeploy_namespace=~"$namespace", '
     'specdeploy_deployment=~"$deployment", specdeploy_pool=~"$pool"'
 )
 PROFILING_FAILED = (
-    f"sum(specdeploy_operator_profiling_failed{{{PROFILING_FAILED_SELECTOR}}}) or vector(0)"
+    f"sum(specdeploy_operator_profiling_failed{{{OPERATOR_POOL_SELECTOR}}}) or vector(0)"
 )
 """Pools whose profiling failed (the operator exports a series only for those: ``or
 vector(0)`` makes "none" a 0, not "no data"). The operator's own ``namespace`` label is
 its pod's, so the deployment's namespace is ``specdeploy_namespace``."""
+POOL_STATES = (
+    f"sum by (state) (max by (specdeploy_namespace, specdeploy_deployment, specdeploy_pool, "
+    f"state) (specdeploy_operator_pool_state{{{OPERATOR_POOL_SELECTOR}}}))"
+)
+"""Pools per state (Profiling, RollingOut, Ready, Degraded, Failed), as the operator last
+listed them: the profiling state a pool has before it has any pod. ``max by`` first, so a
+standby operator's copy of the same series does not count twice."""
 OPERATOR_POOLS = f"max(specdeploy_operator_pools{{{OPERATOR}}})"
 OPERATOR_LEADERS = f"sum(specdeploy_operator_leader{{{OPERATOR}}})"

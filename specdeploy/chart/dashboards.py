@@ -390,6 +390,16 @@ def control_panels() -> list[PanelSpec]:
             kind="stat",
             width=6,
         ),
+        PanelSpec(
+            "Pools by state",
+            "How many pools are Profiling, RollingOut, Ready, Degraded or Failed "
+            "(specdeploy_operator_pool_state): the profiling state of a pool that has no "
+            "serving pod yet.",
+            "short",
+            (t(q.POOL_STATES, "{{state}}"),),
+            kind="stat",
+            width=6,
+        ),
     ]
 
 

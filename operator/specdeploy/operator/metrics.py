@@ -192,6 +192,23 @@ def profiling_failed_pools(bodies: Iterable[Mapping[str, Any]]) -> set[PoolLabel
     return failed
 
 
+PoolState = tuple[str, str, str, str]
+"""(namespace, deployment label value, pool label value, state) of one pool."""
+
+
+def pool_states(bodies: Iterable[Mapping[str, Any]]) -> set[PoolState]:
+    """Each pool's ``state`` in its deployment's status (Profiling, RollingOut, Ready, ...)."""
+    found: set[PoolState] = set()
+    for body in bodies:
+        meta, status = body.get("metadata") or {}, body.get("status") or {}
+        name = label_value(str(meta.get("name") or ""))
+        for pool in status.get("pools") or ():
+            gpu, state = str(pool.get("gpuType") or ""), str(pool.get("state") or "")
+            if gpu and state:
+                found.add((str(meta.get("namespace") or ""), name, label_value(gpu), state))
+    return found
+
+
 class OperatorMetrics:
     """Every series the operator exports, in a registry of its own."""
 
@@ -269,7 +286,14 @@ class OperatorMetrics:
             ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool"],
             registry=r,
         )
+        self.pool_state = Gauge(
+            PREFIX + "pool_state",
+            "1 for each pool's current state (Profiling, RollingOut, Ready, Degraded, Failed)",
+            ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool", "state"],
+            registry=r,
+        )
         self._failed: set[PoolLabels] = set()
+        self._states: set[PoolState] = set()
         # Every outcome and problem exists at 0 from the start, so rate() and
         # alerts see the first failure as a change rather than a new series.
         for outcome in Outcome:
@@ -318,6 +342,12 @@ class OperatorMetrics:
         for labels in self._failed - failed:
             self.profiling_failed.remove(*labels)
         self._failed = failed
+        states = pool_states(bodies)
+        for state in states:
+            self.pool_state.labels(*state).set(1)
+        for state in self._states - states:
+            self.pool_state.remove(*state)
+        self._states = states
 
     @_never_raises
     def interval(self, seconds: float | None) -> None:

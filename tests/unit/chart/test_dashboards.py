@@ -36,7 +36,7 @@ def failed_profiling(name: str, gpu_type: str) -> Obj:
                  "message": f"{gpu_type}: the Job failed"}  # fmt: skip
     return {
         "metadata": {"name": name, "namespace": "ns"},
-        "status": {"conditions": [condition], "pools": [{"gpuType": gpu_type}]},
+        "status": {"conditions": [condition], "pools": [{"gpuType": gpu_type, "state": "Failed"}]},
     }
 
 

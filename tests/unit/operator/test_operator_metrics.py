@@ -28,6 +28,7 @@ from specdeploy.operator.metrics import (
     MeteredApi,
     OperatorMetrics,
     Outcome,
+    pool_states,
     profiling_failed_pools,
     write_labels,
 )
@@ -66,6 +67,7 @@ FAMILIES = {
     "specdeploy_operator_pools",
     "specdeploy_operator_telemetry_interval_seconds",
     "specdeploy_operator_profiling_failed",
+    "specdeploy_operator_pool_state",
 }
 
 
@@ -428,6 +430,31 @@ def test_a_failed_pools_series_comes_with_the_failure_and_goes_with_the_recovery
     )
     assert gone is None
     assert value(metrics, "profiling_failed", **labels, specdeploy_pool="gpu-1") == 1.0
+
+
+def with_pools(name: str, **states: str) -> dict[str, Any]:
+    pools = [{"gpuType": gpu.replace("_", "-"), "state": st} for gpu, st in states.items()]
+    return {"metadata": {"namespace": NS, "name": name}, "spec": {}, "status": {"pools": pools}}
+
+
+def test_each_pools_state_is_one_series_that_moves_with_the_state() -> None:
+    metrics = OperatorMetrics()
+    labels = {"specdeploy_namespace": NS, "specdeploy_deployment": "a", "specdeploy_pool": "gpu-0"}
+
+    metrics.known([with_pools("a", gpu_0="Profiling", gpu_1="Ready")])
+    profiling = value(metrics, "pool_state", **labels, state="Profiling")
+    metrics.known([with_pools("a", gpu_0="Ready")])
+
+    assert profiling == 1.0
+    assert value(metrics, "pool_state", **labels, state="Ready") == 1.0
+    old = metrics.registry.get_sample_value(
+        "specdeploy_operator_pool_state", {**labels, "state": "Profiling"}
+    )
+    gone = metrics.registry.get_sample_value(
+        "specdeploy_operator_pool_state", {**labels, "specdeploy_pool": "gpu-1", "state": "Ready"}
+    )
+    assert old is None and gone is None
+    assert pool_states([with_pools("b", gpu_0="")]) == set()  # no state yet: no series
 
 
 def test_the_telemetry_interval_is_the_longest_among_the_deployments_read() -> None:
