@@ -341,6 +341,10 @@ class FaultProxy:
             raise _Closed
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        # Said explicitly: aiohttp would otherwise offer gzip on its own, and the API server
+        # compresses a large list (over 128 KiB, e.g. the CRDs once third-party ones are
+        # installed), which would reach the client without its Content-Encoding.
+        headers["Accept-Encoding"] = "identity"
         assert self._session is not None
         try:
             upstream = await self._session.request(
