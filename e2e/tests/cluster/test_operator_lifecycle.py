@@ -500,26 +500,28 @@ def test_deleting_the_deployment_removes_everything(
     ready_example(admin, namespace)
     admin.delete(sdep_path(namespace, "llama-8b-chat"))
 
+    def live_pods() -> list[dict[str, Any]]:
+        pods = children(admin, "Pod", namespace)
+        return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
     def all_gone() -> bool:
-        return not any(
-            children(admin, kind, namespace)
-            for kind in (
-                "Deployment",
-                "ConfigMap",
-                "Service",
-                "Job",
-                "ServiceAccount",
-                "Role",
-                "RoleBinding",
-            )
+        # The pods go last: the garbage collector reaches them through their ReplicaSet
+        # after the Deployment is gone (background propagation), so they are waited for too.
+        kinds = (
+            "Deployment",
+            "ConfigMap",
+            "Service",
+            "Job",
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
         )
+        return not any(children(admin, kind, namespace) for kind in kinds) and not live_pods()
 
     timed(
         "children garbage-collected", lambda: wait_for(all_gone, what="children gone", timeout=60)
     )
-    assert [
-        p for p in children(admin, "Pod", namespace) if not p["metadata"].get("deletionTimestamp")
-    ] == []
+    assert live_pods() == []
 
 
 def test_crds_carry_printer_columns_and_short_names(operator: cluster.Cluster) -> None:
