@@ -209,6 +209,19 @@ def pool_states(bodies: Iterable[Mapping[str, Any]]) -> set[PoolState]:
     return found
 
 
+def _flag_series(gauge: Gauge, old: set[Any], new: set[Any]) -> set[Any]:
+    """A 1-valued series per label tuple in ``new``; those only in ``old`` are removed.
+
+    The new series are set before the old are removed, so a scrape never sees a
+    continuing series missing (that would reset an alert's ``for``).
+    """
+    for labels in new:
+        gauge.labels(*labels).set(1)
+    for labels in old - new:
+        gauge.remove(*labels)
+    return new
+
+
 class OperatorMetrics:
     """Every series the operator exports, in a registry of its own."""
 
@@ -334,20 +347,10 @@ class OperatorMetrics:
         """The deployments one list returned: how many, and their pools."""
         self.deployments.set(len(bodies))
         self.pools.set(pools_of(bodies))
-        failed = profiling_failed_pools(bodies)
-        # Set the new series before removing the old: a scrape never sees a
-        # failing pool's series missing (that would reset an alert's `for`).
-        for labels in failed:
-            self.profiling_failed.labels(*labels).set(1)
-        for labels in self._failed - failed:
-            self.profiling_failed.remove(*labels)
-        self._failed = failed
-        states = pool_states(bodies)
-        for state in states:
-            self.pool_state.labels(*state).set(1)
-        for state in self._states - states:
-            self.pool_state.remove(*state)
-        self._states = states
+        self._failed = _flag_series(
+            self.profiling_failed, self._failed, profiling_failed_pools(bodies)
+        )
+        self._states = _flag_series(self.pool_state, self._states, pool_states(bodies))
 
     @_never_raises
     def interval(self, seconds: float | None) -> None:
