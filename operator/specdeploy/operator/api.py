@@ -339,11 +339,72 @@ class VllmSpec(WireModel):
     )
 
 
-class AutoscalingSpec(WireModel):
-    """Replica sizing from the capacity the tables predict (an issue of its own)."""
+class AutoscalingMode(StrEnum):
+    """Who sets a pool's replica count (``operator/README.md``, "Autoscaling")."""
 
-    enabled: bool = False
-    target: str = Field(default="goodput", pattern=r"^goodput$")
+    NONE = "none"
+    """Nobody: every pool runs ``replicas.min``."""
+    OPERATOR = "operator"
+    """The operator writes the pool Deployment's ``replicas`` from the capacity model."""
+    HPA = "hpa"
+    """An ``autoscaling/v2`` HPA per pool on the operator's gauge
+    ``specdeploy_operator_pool_wanted_replicas`` (served by prometheus-adapter); the operator
+    leaves ``replicas`` to it."""
+    KEDA = "keda"
+    """A KEDA ScaledObject per pool with a Prometheus trigger on the same metric."""
+
+
+class AutoscalingSpec(WireModel):
+    """Replica sizing from the capacity the tables predict.
+
+    Every mode computes the same number: the pool's demand (generation
+    tokens/s plus its queue drained within ``queueDrainSeconds``) over one
+    replica's capacity (the tokens/s it serves at the largest batch that
+    keeps ``tpotTargetMs``, under its K table and the live acceptance), less
+    ``headroom``. The modes differ in who applies it, with the windows below.
+    """
+
+    model_config = _rules(
+        _cel(
+            "!has(self.mode) || self.mode == 'none' || has(self.tpotTargetMs)",
+            "autoscaling.tpotTargetMs is required unless mode is none",
+            ".tpotTargetMs",
+        ),
+    )
+
+    mode: AutoscalingMode = AutoscalingMode.NONE
+    tpot_target_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=10_000,
+        description="The per-output-token latency each sequence must keep (the SLO); a replica's "
+        "capacity is its tokens/s at the largest batch that meets it.",
+    )
+    headroom: float = Field(
+        default=0.2,
+        ge=0,
+        le=0.9,
+        description="Share of each replica's capacity kept free for bursts (0.2: plan at 80%).",
+    )
+    queue_drain_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="Waiting requests count as demand that must be served within this time.",
+    )
+    scale_up_window_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=3600,
+        description="Scale up to the lowest recommendation of this window (0: at once).",
+    )
+    scale_down_window_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="Scale down to the highest recommendation of this window; also at most one "
+        "change of direction per window.",
+    )
 
 
 class NetworkPeer(WireModel):
@@ -503,6 +564,38 @@ class PoolLive(WireModel):
     )
 
 
+class ScaleLimit(StrEnum):
+    """What decided a pool's wanted replica count."""
+
+    DEMAND = "demand"
+    MIN = "min"
+    MAX = "max"
+    GPUS = "gpus"
+    """The GPUs of the pool's type in the cluster hold no more replicas."""
+    NO_CAPACITY = "no-capacity"
+    """No batch size meets the latency target, or no table prices one: the count is held."""
+    NO_TELEMETRY = "no-telemetry"
+    """No demand read yet (no Prometheus, or no window): the count is held."""
+
+
+class PoolScaling(WireModel):
+    """The autoscaler's view of one pool (written when the wanted count or its inputs move)."""
+
+    scaler: AutoscalingMode
+    wanted_replicas: int | None = Field(
+        default=None, description="Replicas the capacity model asks for, within the bounds."
+    )
+    limited_by: ScaleLimit
+    capacity_tokens_per_second: float | None = Field(
+        default=None, description="One replica's output tokens/s at the latency target."
+    )
+    capacity_batch_size: int | None = None
+    capacity_k: int | None = None
+    demand_tokens_per_second: float | None = Field(
+        default=None, description="Output tokens/s asked of the pool (its queue included)."
+    )
+
+
 class PoolStatus(WireModel):
     """What one pool is doing, and with which table."""
 
@@ -527,6 +620,7 @@ class PoolStatus(WireModel):
     replicas: int = 0
     ready_replicas: int = 0
     live: PoolLive | None = None
+    autoscaling: PoolScaling | None = None
 
 
 class SpeculativeDeploymentStatus(WireModel):

@@ -140,9 +140,12 @@ def stabilize(
 ) -> ScaleState:
     """The next state after one recommendation at ``now``."""
     keep = max(up_window_s, down_window_s)
-    recent = (*(r for r in state.recent if now - r[0] < keep), (now, recommended))
-    ups = [n for t, n in recent if now - t <= up_window_s]
-    downs = [n for t, n in recent if now - t <= down_window_s]
+    earlier = [r for r in state.recent if now - r[0] < keep]
+    recent = (*earlier, (now, recommended))
+    # Each window holds the recommendations younger than it plus this one: a window of 0
+    # is this recommendation alone (act at once), whatever else was recorded at this time.
+    ups = [n for t, n in earlier if now - t < up_window_s] + [recommended]
+    downs = [n for t, n in earlier if now - t < down_window_s] + [recommended]
     target = state.replicas
     if recommended > state.replicas:
         target = max(min(ups), state.replicas)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdeploy.operator.api import Phase, PoolStatus, SpeculativeDeploymentSpec
+from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.builders.job import DEFAULT_IMAGE
 from specdeploy.operator.manifests import Ref, ref_of
@@ -44,6 +45,8 @@ class PoolPlan:
     owned: tuple[Manifest, ...] = ()
     keep: frozenset[Ref] = frozenset()
     shared: tuple[Manifest, ...] = ()
+    scale: ScaleState | None = None
+    """The autoscaler's state for the next interval (``operator`` mode), kept in memory."""
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,7 @@ def speculative_deployment_crd() -> dict[str, Any]:
         _column("Phase", ".status.phase"),
         _column("Ready", ".status.readyReplicas", "integer"),
         _column("Replicas", ".status.replicas", "integer"),
+        _column("Scaler", ".spec.autoscaling.mode"),
         _column("Model", ".spec.model.name", priority=1),
         _column("Endpoint", ".status.endpoint", priority=1),
         _column("Age", ".metadata.creationTimestamp", "date"),

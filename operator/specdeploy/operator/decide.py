@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdeploy.operator.api import Phase, Policy, SpeculativeDeploymentSpec
+from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.builders.service import model_service, service_endpoint
 from specdeploy.operator.context import (
@@ -73,6 +74,8 @@ class Decision:
     shared: tuple[Manifest, ...] = ()
     status: dict[str, Any] = field(default_factory=dict)
     events: tuple[EventSpec, ...] = ()
+    scale: Mapping[str, ScaleState] = field(default_factory=dict)
+    """The autoscaler's state per pool (GPU type) after this decision, for the next one."""
 
 
 def decide_pool(ctx: Context, pool: Pool) -> PoolPlan:
@@ -205,4 +208,5 @@ def decide(
         shared=_unique([m for p in plans for m in p.shared]),
         status=status,
         events=tuple(transition_events(old_status, status)),
+        scale={p.outcome.status.gpu_type: p.scale for p in plans if p.scale is not None},
     )

@@ -43,7 +43,7 @@ from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config
 from specdeploy.operator.discovery import node_signature
 from specdeploy.operator.metrics import OperatorMetrics, Outcome
-from specdeploy.operator.reconcile import Clock, reconcile_once, utc_now
+from specdeploy.operator.reconcile import Clock, ScaleMemory, reconcile_once, utc_now
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.telemetry.window import TelemetryReport
 
@@ -90,10 +90,12 @@ class Reconciler:
     _nodes: dict[str, Hashable] = field(default_factory=dict)
     _sweep_pending: bool = False
     _reports: dict[Key, TelemetryReport] = field(default_factory=dict)
+    """The telemetry loop's latest interval per deployment, until a reconcile used it."""
     _generations: dict[Key, object] = field(default_factory=dict)
     _failures: dict[Key, int] = field(default_factory=dict)
     """Consecutive failed reconciles per deployment (its backoff; cleared on success)."""
-    """The telemetry loop's latest interval per deployment, until a reconcile used it."""
+    _scale: ScaleMemory = field(default_factory=dict)
+    """The autoscaler's state per deployment and pool (``reconcile.reconcile_once``)."""
 
     async def deliver(self, namespace: str, name: str, report: TelemetryReport) -> None:
         """The telemetry loop's interval for a deployment: reconcile with it (coalesced)."""
@@ -130,6 +132,7 @@ class Reconciler:
                 config=self.config,
                 clock=self.clock,
                 telemetry=report,
+                scale=self._scale,
             )
             self.metrics.reconciled(Outcome.OK, self.monotonic() - started)
             self._failures.pop(key, None)

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from specdeploy.operator.api import KIND, PROFILE_KIND
 from specdeploy.operator.builders.common import COMPONENT_LABEL, MANAGED_BY, PROFILING
-from specdeploy.operator.observed import CHILD_KINDS, Observed
+from specdeploy.operator.observed import CHILD_KINDS, OPTIONAL_KINDS, Observed
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.client import (
     TRANSPORT_ERRORS,
@@ -91,15 +91,22 @@ def _pods_by_job(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return grouped
 
 
+def _children(api: Api, kind: str, namespace: str) -> list[Obj]:
+    """The namespace's managed objects of ``kind``; none of an optional API not served."""
+    try:
+        return list_items(api, paths.path(kind, namespace), MANAGED_SELECTOR)
+    except ApiError as err:
+        if kind in OPTIONAL_KINDS and err.status == 404:
+            return []  # KEDA not installed: nothing of it can exist
+        raise
+
+
 def gather(api: Api, namespace: str, name: str) -> tuple[Obj | None, Observed]:
     """The deployment (None when gone) and everything its decision reads."""
     body = get_or_none(api, paths.path(KIND, namespace, name))
     if body is None:
         return None, Observed()
-    children = {
-        kind: _by_name(list_items(api, paths.path(kind, namespace), MANAGED_SELECTOR), kind)
-        for kind in CHILD_KINDS
-    }
+    children = {kind: _by_name(_children(api, kind, namespace), kind) for kind in CHILD_KINDS}
     profiling_pods = f"{MANAGED_SELECTOR},{COMPONENT_LABEL}={PROFILING}"
     observed = Observed(
         nodes=list_items(api, paths.path("Node")),

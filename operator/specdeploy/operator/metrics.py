@@ -70,6 +70,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ from typing import Any, ParamSpec
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from specdeploy.operator import k8s
-from specdeploy.operator.naming import label_value
+from specdeploy.operator.naming import deployment_name, label_value
 from specdeploy.operator.telemetry.window import FetchProblem
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON
@@ -209,6 +210,40 @@ def pool_states(bodies: Iterable[Mapping[str, Any]]) -> set[PoolState]:
     return found
 
 
+ScaleLabels = tuple[str, str, str, str]
+"""(namespace, pool Deployment name, deployment label value, pool label value)."""
+
+
+def pool_scaling(bodies: Iterable[Mapping[str, Any]]) -> dict[ScaleLabels, tuple[float, float]]:
+    """Per pool with an autoscaler's view: (wanted replicas, capacity tokens/s; NaN unknown)."""
+    found: dict[ScaleLabels, tuple[float, float]] = {}
+    for body in bodies:
+        meta, status = body.get("metadata") or {}, body.get("status") or {}
+        name = str(meta.get("name") or "")
+        for pool in status.get("pools") or ():
+            scaling, gpu = pool.get("autoscaling") or {}, str(pool.get("gpuType") or "")
+            wanted, capacity = scaling.get("wantedReplicas"), scaling.get("capacityTokensPerSecond")
+            if not gpu or wanted is None:
+                continue
+            labels = (
+                str(meta.get("namespace") or ""),
+                deployment_name(name, gpu),
+                label_value(name),
+                label_value(gpu),
+            )
+            found[labels] = (float(wanted), math.nan if capacity is None else float(capacity))
+    return found
+
+
+def _value_series(gauge: Gauge, old: set[Any], new: Mapping[Any, float]) -> set[Any]:
+    """One series per label tuple in ``new`` with its value; those only in ``old`` removed."""
+    for labels, value in new.items():
+        gauge.labels(*labels).set(value)
+    for labels in old - set(new):
+        gauge.remove(*labels)
+    return set(new)
+
+
 def _flag_series(gauge: Gauge, old: set[Any], new: set[Any]) -> set[Any]:
     """A 1-valued series per label tuple in ``new``; those only in ``old`` are removed.
 
@@ -305,6 +340,22 @@ class OperatorMetrics:
             ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool", "state"],
             registry=r,
         )
+        scale_labels = ["specdeploy_namespace", "deployment", "specdeploy_deployment"]
+        self.wanted_replicas = Gauge(
+            PREFIX + "pool_wanted_replicas",
+            "Replicas the capacity model wants for each autoscaled pool, within its bounds "
+            "and GPUs (the metric of mode hpa and keda; deployment: the pool's Deployment)",
+            [*scale_labels, "specdeploy_pool"],
+            registry=r,
+        )
+        self.capacity = Gauge(
+            PREFIX + "pool_replica_capacity_tokens_per_second",
+            "One replica's output tokens/s at the pool's latency target (the capacity model)",
+            [*scale_labels, "specdeploy_pool"],
+            registry=r,
+        )
+        self._scaled: set[ScaleLabels] = set()
+        self._sized: set[ScaleLabels] = set()
         self._failed: set[PoolLabels] = set()
         self._states: set[PoolState] = set()
         # Every outcome and problem exists at 0 from the start, so rate() and
@@ -351,6 +402,13 @@ class OperatorMetrics:
             self.profiling_failed, self._failed, profiling_failed_pools(bodies)
         )
         self._states = _flag_series(self.pool_state, self._states, pool_states(bodies))
+        scaling = pool_scaling(bodies)
+        self._scaled = _value_series(
+            self.wanted_replicas, self._scaled, {k: w for k, (w, _) in scaling.items()}
+        )
+        self._sized = _value_series(
+            self.capacity, self._sized, {k: c for k, (_, c) in scaling.items() if not math.isnan(c)}
+        )
 
     @_never_raises
     def interval(self, seconds: float | None) -> None:

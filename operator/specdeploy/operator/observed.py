@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.job import CONTAINER as PROFILER_CONTAINER
 from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.runtime.profile import ProfileError, SpeculationProfile, parse_profile
@@ -29,7 +30,11 @@ CHILD_KINDS = (
     "RoleBinding",
     "PodDisruptionBudget",
     "NetworkPolicy",
+    "HorizontalPodAutoscaler",
+    "ScaledObject",
 )
+OPTIONAL_KINDS = frozenset({"ScaledObject"})
+"""Kinds of APIs a cluster may not serve (KEDA's): listed as none when absent."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,10 @@ class Observed:
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
     telemetry: TelemetryReport | None = None
     """The telemetry loop's latest interval for this deployment, when it just ran."""
+    scale: Mapping[str, ScaleState] = field(default_factory=dict)
+    """The autoscaler's in-memory state per pool (GPU type), kept by the reconciler."""
+    monotonic: float = 0.0
+    """The reconciler's monotonic clock now (the autoscaler's windows are measured on it)."""
 
     def child(self, kind: str, name: str) -> Obj | None:
         return self.children.get(kind, {}).get(name)

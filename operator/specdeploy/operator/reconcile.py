@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from specdeploy.operator import k8s
+from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
 from specdeploy.operator.manifests import ref_of
@@ -24,6 +26,8 @@ from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.runtime.kube.requests import Request
 
 Clock = Callable[[], str]
+ScaleMemory = MutableMapping[tuple[str, str], Mapping[str, ScaleState]]
+"""The autoscaler's state by (namespace, name), then by pool (GPU type)."""
 log = logging.getLogger("specdeploy.operator")
 
 
@@ -48,11 +52,22 @@ def reconcile_once(
     config: Config = DEFAULT_CONFIG,
     clock: Clock = utc_now,
     telemetry: TelemetryReport | None = None,
+    scale: ScaleMemory | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> Result:
-    """One reconcile; ``telemetry``: the telemetry loop's interval for it, when it just ran."""
+    """One reconcile; ``telemetry``: the telemetry loop's interval for it, when it just ran.
+
+    ``scale``: the autoscaler's state per deployment, kept by the caller between
+    reconciles (in memory, as the HPA controller keeps its recommendations);
+    updated once the children were sent.
+    """
     body, observed = k8s.gather(api, namespace, name)
-    observed = replace(observed, telemetry=telemetry)
+    key = (namespace, name)
+    remembered = {} if scale is None else scale.get(key, {})
+    observed = replace(observed, telemetry=telemetry, scale=remembered, monotonic=monotonic())
     if body is None or body["metadata"].get("deletionTimestamp"):
+        if scale is not None:
+            scale.pop(key, None)
         return Result((), None)  # garbage collection removes the children
     now = clock()
     decision = decide(body, observed, now=now, config=config)
@@ -71,6 +86,8 @@ def reconcile_once(
     for req in children:
         log.info("%s/%s: %s", namespace, name, req.what)
     refused = k8s.send_each(api, children)
+    if scale is not None and not refused:
+        scale[key] = decision.scale
     status, events = decision.status, list(decision.events)
     if refused:
         # Every other write went; the status says which were refused and why (review H4).

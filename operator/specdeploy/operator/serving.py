@@ -10,17 +10,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.operator.api import LiveSource, Phase, Policy, PoolLive, ProfileSource
+from pydantic import ValidationError
+
+from specdeploy.operator.api import (
+    AutoscalingMode,
+    LiveSource,
+    Phase,
+    Policy,
+    PoolLive,
+    PoolScaling,
+    ProfileSource,
+)
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.configmap import table_configmap
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
 from specdeploy.operator.builders.disruption import pool_disruption_budget
 from specdeploy.operator.builders.network import pool_network_policy
+from specdeploy.operator.builders.scaler import pool_hpa, pool_scaled_object
 from specdeploy.operator.context import Context, PoolPlan, conflict, pool_status
 from specdeploy.operator.manifests import needs_apply, with_applied_hash
-from specdeploy.operator.naming import deployment_name, table_configmap_name
+from specdeploy.operator.naming import deployment_name, label_value, table_configmap_name
 from specdeploy.operator.observed import rollout_state
 from specdeploy.operator.pools import Pool
+from specdeploy.operator.scaling import PoolScale, pool_scale
 from specdeploy.operator.status import PoolOutcome, Profiling
 from specdeploy.runtime.contract import PoolTable
 from specdeploy.runtime.floor import Verdict
@@ -53,16 +65,54 @@ class Table:
         return self.schedule is None and self.verdict is not None and self.verdict.loses
 
 
+def _scale(ctx: Context, pool: Pool, table_in: Table, name: str) -> PoolScale:
+    previous = (ctx.previous.get(pool.gpu_type) or {}).get("autoscaling")
+    try:
+        recorded = PoolScaling.model_validate(previous) if previous else None
+    except ValidationError:
+        recorded = None  # an older operator's shape: decided afresh
+    return pool_scale(
+        ctx.spec.autoscaling,
+        pool,
+        profile=None if table_in.profile is None else table_in.profile.spec,
+        schedule=table_in.schedule,
+        live=table_in.live,
+        window=ctx.windows.get(label_value(pool.gpu_type)),
+        deployment=ctx.observed.child("Deployment", name),
+        previous=recorded,
+        state=ctx.observed.scale.get(pool.gpu_type),
+        now=ctx.observed.monotonic,
+    )
+
+
+def _scaler(ctx: Context, pool: Pool, name: str) -> tuple[Manifest, ...]:
+    """The pool's HPA or ScaledObject in those modes (none otherwise)."""
+    auto, parent = ctx.spec.autoscaling, ctx.parent
+    bounds = {"min_replicas": pool.replicas, "max_replicas": pool.max_replicas}
+    if auto.mode is AutoscalingMode.HPA:
+        hpa = pool_hpa(parent, auto, name=name, gpu_type=pool.gpu_type, **bounds)
+        return (with_applied_hash(hpa),)
+    url = ctx.spec.telemetry.prometheus_url or ctx.config.prometheus_url
+    if auto.mode is AutoscalingMode.KEDA and url:
+        scaled = pool_scaled_object(
+            parent, auto, name=name, gpu_type=pool.gpu_type, prometheus_url=url, **bounds
+        )
+        return (with_applied_hash(scaled),)
+    return ()
+
+
 def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
     """The pool's ConfigMap and Deployment, and its state from the Deployment's rollout."""
     parent, spec = ctx.parent, ctx.spec
     cm_name = table_configmap_name(parent.name, pool.gpu_type)
+    name = deployment_name(parent.name, pool.gpu_type)
+    scale = _scale(ctx, pool, table_in, name)
     serving = ServingPool(
-        name=deployment_name(parent.name, pool.gpu_type),
+        name=name,
         configmap=cm_name,
         gpu_type=pool.gpu_type,
         gpus_per_replica=pool.gpus_per_replica,
-        replicas=pool.replicas,
+        replicas=scale.replicas,
         profile=table_in.profile_ref,
         schedule=table_in.base if table_in.base is not None else table_in.schedule,
     )
@@ -85,6 +135,7 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         deployment,
         with_applied_hash(budget),
     )
+    owned = (*owned, *_scaler(ctx, pool, serving.name))
     if spec.network_policy.enabled:
         fence = pool_network_policy(
             parent, spec.network_policy, name=serving.name, gpu_type=pool.gpu_type
@@ -102,6 +153,7 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         "schedule": None if table_in.schedule is None else format_schedule(table_in.schedule),
         "predicted_gain": None if verdict is None else verdict.gain,
         "speculating": table_in.schedule is not None,
+        "autoscaling": scale.status,
     }
     taken = conflict(ctx, owned)
     if taken is not None:
@@ -116,7 +168,7 @@ def serve(ctx: Context, pool: Pool, table_in: Table) -> PoolPlan:
         )
     status = pool_status(pool, state, message, replicas=replicas, ready_replicas=ready, **extra)
     outcome = PoolOutcome(status, table_in.profiling, verdict)
-    return PoolPlan(outcome, owned=owned, shared=table_in.shared)
+    return PoolPlan(outcome, owned=owned, shared=table_in.shared, scale=scale.state)
 
 
 def rollout(ctx: Context, name: str, desired: Manifest) -> tuple[Phase, str, int, int]:

@@ -24,6 +24,7 @@ from specdeploy.operator.api import (
     GPU_PRODUCT_LABEL,
     METHODS_NEEDING_DRAFT,
     METHODS_WITHOUT_DRAFT,
+    AutoscalingMode,
     Policy,
     PoolDefaults,
     ProfilerBackend,
@@ -131,6 +132,29 @@ def replicas_min_exceeds_max(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
     yield from _replica_problem("spec.poolDefaults", spec.pool_defaults)
     for i, pool in enumerate(spec.pools or ()):
         yield from _replica_problem(f"spec.pools[{i}]", pool)
+
+
+def autoscaling_target_missing(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    a = spec.autoscaling
+    if a.mode is not AutoscalingMode.NONE and a.tpot_target_ms is None:
+        yield (
+            f"spec.autoscaling.tpotTargetMs: required with mode {a.mode.value} (the latency "
+            "target decides how many tokens/s one replica serves)"
+        )
+
+
+def autoscaling_hpa_below_one(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
+    if spec.autoscaling.mode is not AutoscalingMode.HPA:
+        return
+    shapes = [("spec.poolDefaults", spec.pool_defaults)] + [
+        (f"spec.pools[{i}]", p) for i, p in enumerate(spec.pools or ())
+    ]
+    for path, shape in shapes:
+        if shape.replicas.min < 1:
+            yield (
+                f"{path}.replicas.min: 0 with autoscaling mode hpa (an HPA keeps at least 1 "
+                "replica; mode keda can scale to zero)"
+            )
 
 
 def pool_gpu_type_repeated(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
@@ -268,6 +292,8 @@ PREDICATES: tuple[Predicate, ...] = (
     fixed_k_missing,
     fixed_k_exceeds_max_k,
     replicas_min_exceeds_max,
+    autoscaling_target_missing,
+    autoscaling_hpa_below_one,
     pool_gpu_type_repeated,
     pool_excluded_by_node_selector,
     node_selector_malformed,

@@ -68,6 +68,8 @@ FAMILIES = {
     "specdeploy_operator_telemetry_interval_seconds",
     "specdeploy_operator_profiling_failed",
     "specdeploy_operator_pool_state",
+    "specdeploy_operator_pool_wanted_replicas",
+    "specdeploy_operator_pool_replica_capacity_tokens_per_second",
 }
 
 

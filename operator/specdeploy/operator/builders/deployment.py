@@ -74,7 +74,8 @@ class ServingPool:
     configmap: str
     gpu_type: str
     gpus_per_replica: int
-    replicas: int
+    replicas: int | None
+    """None: left out of what is applied (an HPA or KEDA owns the field)."""
     profile: str | None
     schedule: tuple[tuple[int, int, int], ...] | None
 
@@ -209,12 +210,13 @@ def serving_deployment(
     pod_labels = dict(labels)
     if pool.profile is not None:
         pod_labels[PROFILE_LABEL] = pool.profile
+    replicas = {} if pool.replicas is None else {"replicas": pool.replicas}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(parent, pool.name, labels),
         "spec": {
-            "replicas": pool.replicas,
+            **replicas,
             "selector": {"matchLabels": labels},
             "strategy": {
                 "type": "RollingUpdate",

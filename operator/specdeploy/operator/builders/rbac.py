@@ -80,6 +80,8 @@ NAMESPACED_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("batch", ("jobs",), CHILD_VERBS),
     ("policy", ("poddisruptionbudgets",), CHILD_VERBS),
     ("networking.k8s.io", ("networkpolicies",), CHILD_VERBS),
+    ("autoscaling", ("horizontalpodautoscalers",), CHILD_VERBS),
+    ("keda.sh", ("scaledobjects",), CHILD_VERBS),
     ("rbac.authorization.k8s.io", ("roles", "rolebindings"), CHILD_VERBS),
 )
 """What the operator does inside the namespaces it serves, verb by verb (the audit log of

@@ -30,6 +30,7 @@ REACHED, PROPOSED, ACCEPTED = "reached", "proposed", "accepted"
 VERIFIED, SEQUENCE_STEPS = "verified", "sequence_steps"
 STEP_SECONDS, STEP_COUNT, STEPS_BY_K = "step_seconds", "step_count", "steps_by_k"
 REQUESTS, FRESHNESS = "requests", "freshness"
+GENERATION, WAITING = "generation", "waiting"
 
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
     (REACHED, "specdeploy_draft_positions_reached_total", "position"),
@@ -81,6 +82,11 @@ def build_queries(targets: Sequence[Target], window_seconds: float) -> list[Quer
     queries.append(
         Query(REQUESTS, f"sum by ({BY}) (rate(vllm:request_success_total{sel}[{window}]))")
     )
+    # The autoscaler's demand: tokens served per second and the queue waiting now.
+    queries.append(
+        Query(GENERATION, f"sum by ({BY}) (rate(vllm:generation_tokens_total{sel}[{window}]))")
+    )
+    queries.append(Query(WAITING, f"sum by ({BY}) (vllm:num_requests_waiting{sel})"))
     # The newest sample's time per pool: the freshness test (value: a Unix time).
     queries.append(
         Query(FRESHNESS, f"max by ({BY}) (timestamp(specdeploy_decode_sequence_steps_total{sel}))")
@@ -164,7 +170,7 @@ def windows_from(
 
         newest = max(s.value for s in samples)
         evaluated = max(s.time for s in samples)
-        requests = of(REQUESTS)
+        requests, generation, waiting = of(REQUESTS), of(GENERATION), of(WAITING)
         windows[key] = PoolWindow(
             window_seconds=window_seconds,
             reached=_positions(of(REACHED), max_positions),
@@ -175,6 +181,8 @@ def windows_from(
             step_times=_step_times(of(STEP_SECONDS), of(STEP_COUNT)),
             steps_by_k=_steps_by_k(of(STEPS_BY_K)),
             requests_per_second=_total(requests) if requests else None,
+            generation_tokens_per_second=_total(generation) if generation else None,
+            waiting_requests=_total(waiting) if waiting else None,
             age_seconds=max(evaluated - newest, 0.0),
         )
     return windows

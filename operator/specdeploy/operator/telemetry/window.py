@@ -43,6 +43,10 @@ class PoolWindow:
     step_times: Mapping[Cell, StepTimes] = field(default_factory=dict)
     steps_by_k: Mapping[int, float] = field(default_factory=dict)
     requests_per_second: float | None = None
+    generation_tokens_per_second: float | None = None
+    """vLLM's output tokens/s over the window, summed over the pool's pods (its served demand)."""
+    waiting_requests: float | None = None
+    """Requests queued for a batch slot now, summed over the pods (demand not yet served)."""
     age_seconds: float | None = None
     """Seconds since the pool's newest add-on sample (None: no sample at all)."""
 

@@ -49,6 +49,8 @@ KINDS: Mapping[str, Kind] = {
     "Deployment": Kind("apps/v1", "deployments"),
     "ReplicaSet": Kind("apps/v1", "replicasets"),
     "Job": Kind("batch/v1", "jobs"),
+    "HorizontalPodAutoscaler": Kind("autoscaling/v2", "horizontalpodautoscalers"),
+    "ScaledObject": Kind("keda.sh/v1alpha1", "scaledobjects"),
     "Lease": Kind("coordination.k8s.io/v1", "leases"),
     "PodDisruptionBudget": Kind("policy/v1", "poddisruptionbudgets"),
     "NetworkPolicy": Kind("networking.k8s.io/v1", "networkpolicies"),

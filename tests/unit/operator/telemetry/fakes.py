@@ -106,7 +106,7 @@ def stored(manifest: Mapping[str, Any]) -> dict[str, Any]:
     obj = copy.deepcopy(dict(manifest))
     obj["metadata"].update(resourceVersion="1", uid=f"obj-{obj['metadata']['name']}", generation=1)
     if obj["kind"] == "Deployment":
-        n = obj["spec"]["replicas"]
+        n = obj["spec"].get("replicas", 1)  # left out: an HPA owns it; the default
         obj["status"] = {
             "observedGeneration": 1,
             "replicas": n,

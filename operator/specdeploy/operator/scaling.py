@@ -1,0 +1,213 @@
+"""PURE One pool's replica count: the capacity its table predicts, the demand telemetry read.
+
+Why its own module: ``serving`` builds a pool's children from a count and
+must not know how the count came about, and the three ways of applying it
+(``spec.autoscaling.mode``) share one computation:
+
+* capacity (``capacity_of``): one replica's output tokens/s at the largest
+  batch that keeps the TPOT target, from the profile's cost model, the live
+  acceptance (the pool's recorded view, when there is one) and the schedule
+  in force; plain decoding's step times for a pool that fell back to it.
+  Policies ``off`` and ``fixed`` have no profile, so no capacity: their
+  count is held, and the status says so;
+* the recommendation (``autoscale.recommend``): demand over capacity less
+  headroom, within ``replicas.min/max`` and the GPUs of the pool's type;
+* who applies it: ``operator`` stabilises it (``autoscale.stabilize``, over
+  the in-memory state the reconciler keeps between intervals) and writes the
+  Deployment's ``replicas``; ``hpa`` and ``keda`` leave ``replicas`` out of
+  what the operator applies and export the recommendation as
+  ``specdeploy_operator_pool_wanted_replicas`` for their scaler (``builders.scaler``);
+  ``none`` runs ``replicas.min``.
+
+Level-triggered where it can be: without a new telemetry window, ``operator``
+mode keeps the Deployment's current count (clamped to the bounds) instead of
+deciding again, so a reconcile for any other reason never moves replicas.
+After an operator restart the stabiliser starts from the current count, with
+that count as its only recommendation: a scale-down then waits a whole down
+window, as if the pool had just been sized (conservative, never a flap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specdeploy.operator.api import (
+    AutoscalingMode,
+    AutoscalingSpec,
+    PoolLive,
+    PoolScaling,
+    ScaleLimit,
+)
+from specdeploy.operator.autoscale import Bounds, Demand, ScaleState, Why, recommend, stabilize
+from specdeploy.operator.pools import Pool
+from specdeploy.operator.telemetry.window import PoolWindow
+from specdeploy.runtime.capacity import Capacity, plain_decoding_grid, replica_capacity
+from specdeploy.runtime.profile import ProfileSpec
+from specdeploy.runtime.rederive import grid_rows, live_goodput_grid
+from specdeploy.runtime.schedule import Range, cost_model
+
+_LIMITS = {
+    Why.DEMAND: ScaleLimit.DEMAND,
+    Why.MIN: ScaleLimit.MIN,
+    Why.MAX: ScaleLimit.MAX,
+    Why.GPUS: ScaleLimit.GPUS,
+    Why.UNATTAINABLE: ScaleLimit.NO_CAPACITY,
+}
+
+
+@dataclass(frozen=True)
+class PoolScale:
+    """What the pool's Deployment gets and what its status says."""
+
+    replicas: int | None
+    """``spec.replicas`` to apply; None: left out (a scaler owns the field)."""
+    status: PoolScaling | None
+    state: ScaleState | None = None
+    """The stabiliser's state to keep for the next interval (``operator`` mode)."""
+
+
+def capacity_of(
+    profile: ProfileSpec | None,
+    schedule: tuple[Range, ...] | None,
+    live: PoolLive | None,
+    *,
+    tpot_target_s: float,
+) -> Capacity | None:
+    """One replica's capacity at the target, or None (no profile, or no batch meets it)."""
+    if profile is None:
+        return None
+    rows = grid_rows(profile)
+    if schedule is None:  # plain decoding: the profile's baseline step times
+        model = cost_model(profile)
+        itl = [None] + [model.vanilla_itl_ms(bs, model.reference_context) for bs in range(1, rows)]
+        return replica_capacity(
+            plain_decoding_grid(itl), ((1, rows, 0),), tpot_target_s=tpot_target_s
+        )
+    per_position = profile.acceptance.per_position
+    scale = None
+    if live is not None and live.per_position:
+        per_position = live.per_position
+        if live.cost_ratio is not None and live.cost_ratio > 0:
+            scale = np.full(rows, float(live.cost_ratio))
+    grid = live_goodput_grid(profile, per_position, scale)
+    return replica_capacity(grid, schedule, tpot_target_s=tpot_target_s)
+
+
+def demand_of(window: PoolWindow) -> Demand | None:
+    """The pool's demand from one window; None when vLLM's counters were not read."""
+    if window.generation_tokens_per_second is None:
+        return None
+    rate = window.generation_tokens_per_second
+    requests = window.requests_per_second
+    per_request = rate / requests if requests else 0.0
+    return Demand(rate, window.waiting_requests or 0.0, per_request)
+
+
+def current_replicas(deployment: Mapping[str, Any] | None) -> int | None:
+    """The pool Deployment's ``spec.replicas`` now (None: no Deployment yet)."""
+    if deployment is None:
+        return None
+    value = (deployment.get("spec") or {}).get("replicas")
+    return int(value) if isinstance(value, int) else 1  # the API server's default
+
+
+def _bounds(pool: Pool) -> Bounds:
+    free = None
+    if pool.nodes is not None:
+        free = pool.nodes.total_gpus
+    return Bounds(pool.replicas, max(pool.max_replicas, pool.replicas), pool.gpus_per_replica, free)
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    """Two significant digits: status records a move, not every interval's noise."""
+    if value is None:
+        return None
+    return float(f"{value:.{digits}g}")
+
+
+def pool_scale(
+    spec: AutoscalingSpec,
+    pool: Pool,
+    *,
+    profile: ProfileSpec | None,
+    schedule: tuple[Range, ...] | None,
+    live: PoolLive | None,
+    window: PoolWindow | None,
+    deployment: Mapping[str, Any] | None,
+    previous: PoolScaling | None,
+    state: ScaleState | None,
+    now: float,
+) -> PoolScale:
+    """The pool's count and status under ``spec`` (module docstring)."""
+    if spec.mode is AutoscalingMode.NONE:
+        return PoolScale(pool.replicas, None)
+    bounds = _bounds(pool)
+    current = current_replicas(deployment)
+    running = min(max(current if current is not None else bounds.min, bounds.min), bounds.max)
+    held = running if spec.mode is AutoscalingMode.OPERATOR else None
+    assert spec.tpot_target_ms is not None  # validation requires it outside mode none
+    capacity = capacity_of(profile, schedule, live, tpot_target_s=spec.tpot_target_ms / 1000.0)
+    demand = None if window is None else demand_of(window)
+    if demand is None:
+        if previous is not None and previous.scaler is spec.mode:
+            return PoolScale(held, previous, state)
+        status = PoolScaling(
+            scaler=spec.mode,
+            limited_by=ScaleLimit.NO_TELEMETRY,
+            **_capacity_fields(capacity),
+        )
+        return PoolScale(held, status, state)
+    # Free GPUs as far as this operator can tell: the type's total less this pool's own
+    # replicas (pods of other workloads are not listed; a replica they crowd out waits Pending).
+    if bounds.free_gpus is not None:
+        bounds = Bounds(
+            bounds.min,
+            bounds.max,
+            bounds.gpus_per_replica,
+            max(bounds.free_gpus - running * bounds.gpus_per_replica, 0),
+        )
+    rec = recommend(
+        demand,
+        None if capacity is None else capacity.tokens_per_second,
+        current=running,
+        bounds=bounds,
+        headroom=spec.headroom,
+        drain_s=spec.queue_drain_seconds,
+    )
+    status = PoolScaling(
+        scaler=spec.mode,
+        wanted_replicas=rec.replicas,
+        limited_by=_LIMITS[rec.why],
+        demand_tokens_per_second=_round(demand.tokens_per_second(spec.queue_drain_seconds)),
+        **_capacity_fields(capacity),
+    )
+    if spec.mode is not AutoscalingMode.OPERATOR:
+        return PoolScale(None, status)
+    before = state if state is not None else ScaleState(running, recent=((now, running),))
+    if before.replicas != running:  # someone else moved it (a user's kubectl scale): start there
+        before = ScaleState(running, recent=((now, running),))
+    after = stabilize(
+        before,
+        now,
+        rec.replicas,
+        up_window_s=spec.scale_up_window_seconds,
+        down_window_s=spec.scale_down_window_seconds,
+    )
+    return PoolScale(after.replicas, status, after)
+
+
+def _capacity_fields(capacity: Capacity | None) -> dict[str, Any]:
+    if capacity is None:
+        return {}
+    return {
+        "capacity_tokens_per_second": _round(capacity.tokens_per_second, 3),
+        "capacity_batch_size": capacity.batch_size,
+        "capacity_k": capacity.k,
+    }
+
+
+__all__ = ["PoolScale", "capacity_of", "current_replicas", "demand_of", "pool_scale"]
