@@ -11,6 +11,7 @@ throttles the workers (aiohttp's default is 100).
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 
 import aiohttp
@@ -25,6 +26,15 @@ ERROR_BODY_BYTES = 300
 """How much of an error response is kept as the row's detail."""
 MAX_LINE_BYTES = 1 << 20
 """The longest event line read (aiohttp raises beyond its buffer: counted ``bad_stream``)."""
+
+
+RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE})
+"""The peer closed a connection as the request went out (a pod going away)."""
+
+
+def connect_reason(error: OSError) -> str:
+    """``refused`` when nothing listens (retriable), ``connect`` for any other failure."""
+    return "refused" if error.errno == errno.ECONNREFUSED else "connect"
 
 
 def open_session(concurrency: int) -> aiohttp.ClientSession:
@@ -78,7 +88,11 @@ async def stream_request(
     except aiohttp.ServerDisconnectedError as err:
         return fail("disconnected" if status is None else "broken_stream", str(err)[:200])
     except aiohttp.ClientConnectorError as err:
-        return fail("connect", str(err)[:200])
+        return fail(connect_reason(err.os_error), str(err)[:200])
+    except aiohttp.ClientOSError as err:
+        if status is None and err.errno in RESET_ERRNOS:
+            return fail("reset", str(err)[:200])
+        return fail("client_error" if status is None else "broken_stream", str(err)[:200])
     except aiohttp.ClientError as err:
         return fail("client_error", f"{type(err).__name__}: {err}"[:200])
     except ValueError as err:  # aiohttp's reader: a line longer than its buffer
