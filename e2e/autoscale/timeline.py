@@ -64,9 +64,9 @@ def _check(rows: Sequence[Mapping[str, Any]]) -> None:
 
 def _load_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], width: float) -> None:
     t = [r["t_s"] for r in rows]
-    ax.step(
-        t, [r["concurrency"] for r in rows], where="post", color="tab:blue", label="concurrency"
-    )
+    asked = [r["concurrency"] for r in rows]
+    # the last bucket's value holds to its end, not only to its start
+    ax.step([*t, t[-1] + width], [*asked, asked[-1]], where="post", color="tab:blue")
     ax.set_ylabel("concurrency asked", color="tab:blue")
     ax.set_ylim(bottom=0)
     rate = ax.twinx()
@@ -85,17 +85,21 @@ def _outcome_panel(ax: Axes, rows: Sequence[Mapping[str, Any]], width: float) ->
         label = f"{name.replace('_', ' ')} ({int(sum(counts))})"
         ax.bar(t, counts, width=width, bottom=bottom, align="edge", color=colour, label=label)
         bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
+    ax.set_ylim(0, max(max(bottom), 1.0) * 1.35)  # headroom for the legend
     ax.set_ylabel("requests ended")
     ax.set_title("requests by outcome")
     ax.legend(loc="upper right", fontsize="small", ncols=4)
 
 
 def _series_panel(
-    ax: Axes, title: str, series: Mapping[str, Sequence[tuple[float, float]]]
+    ax: Axes, title: str, series: Mapping[str, Sequence[tuple[float, float]]], end: float
 ) -> None:
     for label, points in series.items():
         if points:
-            xs, ys = zip(*points, strict=True)
+            xs = [float(x) for x, _ in points]
+            ys = [float(y) for _, y in points]
+            if xs[-1] < end:  # a scraped value holds until the next scrape: draw it to the end
+                xs, ys = [*xs, end], [*ys, ys[-1]]
             ax.step(xs, ys, where="post", label=label)
     ax.set_ylabel(title or "value")
     ax.set_title(title or "series")
@@ -123,7 +127,7 @@ def plot_ramp(
         _load_panel(column[0], timeline_rows, width)
         _outcome_panel(column[1], timeline_rows, width)
         for ax, (group, members) in zip(column[2:], grouped.items(), strict=True):
-            _series_panel(ax, group, members)
+            _series_panel(ax, group, members, timeline_rows[-1]["t_s"] + width)
         column[-1].set_xlabel("seconds since the load started")
         fig.suptitle(title)
         fig.tight_layout()
