@@ -28,10 +28,6 @@ MAX_LINE_BYTES = 1 << 20
 """The longest event line read (aiohttp raises beyond its buffer: counted ``bad_stream``)."""
 
 
-RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE})
-"""The peer closed a connection as the request went out (a pod going away)."""
-
-
 def connect_reason(error: OSError) -> str:
     """``refused`` when nothing listens (retriable), ``connect`` for any other failure."""
     return "refused" if error.errno == errno.ECONNREFUSED else "connect"
@@ -89,10 +85,11 @@ async def stream_request(
         return fail("disconnected" if status is None else "broken_stream", str(err)[:200])
     except aiohttp.ClientConnectorError as err:
         return fail(connect_reason(err.os_error), str(err)[:200])
-    except aiohttp.ClientOSError as err:
-        if status is None and err.errno in RESET_ERRNOS:
-            return fail("reset", str(err)[:200])
-        return fail("client_error" if status is None else "broken_stream", str(err)[:200])
+    except (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError) as err:
+        # The connection broke. Before the status line the server had sent nothing (a reset,
+        # or a keep-alive connection it closed while the request went out: aiohttp's "Can
+        # not write request body"); after it, the response was cut.
+        return fail("reset" if status is None else "broken_stream", str(err)[:200])
     except aiohttp.ClientError as err:
         return fail("client_error", f"{type(err).__name__}: {err}"[:200])
     except ValueError as err:  # aiohttp's reader: a line longer than its buffer

@@ -6,7 +6,7 @@ Kinds (the summary counts each), and the outcome class each falls in:
 ``http_<status>``  refused    429 or 503: the server turned it away, retriable
 ``http_<status>``  failed     any other status than 200
 ``refused``        refused    connection refused (nothing listens: a pod gone)
-``reset``          refused    connection reset before any byte of a response
+``reset``          refused    the connection broke before any byte of a response
 ``disconnected``   refused    the connection closed before the response began
 ``timeout``        timed_out  the request ran past ``--timeout``
 ``connect``        failed     no connection for another reason (unreachable)
