@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from specdeploy.cli.loadgen.ramp import (
     next_active_s,
     parse_ramp,
 )
-from tests.unit.loadgen.fake_openai import FakeOpenAI
+from tests.unit.loadgen.fake_openai import FakeOpenAI, Script
 
 URL = "http://127.0.0.1:8000"
 UP_AND_DOWN = (Stage(30.0, 2), Stage(60.0, 16), Stage(60.0, 2))
@@ -137,3 +139,24 @@ def test_the_cli_refuses_a_bad_ramp_with_exit_2_before_sending_anything(
     assert main(["load", "--url", fake.url, "--model", "m", *args]) == 2
     assert says in capsys.readouterr().err
     assert fake.received == []
+
+
+def test_the_cli_runs_a_ramp_and_writes_its_timeline(
+    fake: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.script(lambda _n: Script(tokens=3, first_delay_s=0.02))
+    out = tmp_path / "ramp.json"
+    argv = ["load", "--url", fake.url, "--model", "m", "--ramp", "0.2s@1,0.2s@3"]
+    assert main([*argv, "--timeline-bucket", "0.1", "--json", str(out)]) == 0
+    assert "ramp 0.2s@1,0.2s@3" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    summary, timeline = doc["summary"], doc["timeline"]
+    assert (summary["ramp"], summary["concurrency"], summary["duration_s"]) == (
+        "0.2s@1,0.2s@3",
+        3,
+        pytest.approx(0.4),
+    )
+    assert fake.max_in_flight == summary["max_in_flight"] == 3
+    assert timeline["bucket_s"] == 0.1 and timeline["started_at_unix"] > 1.7e9
+    assert [r["concurrency"] for r in timeline["rows"][:4]] == [1.0, 1.0, 3.0, 3.0]
+    assert sum(r["started"] for r in timeline["rows"]) == summary["requests"]["sent"]
