@@ -99,7 +99,7 @@ def test_a_plain_spec_serves_and_live_telemetry_moves_the_tables_without_restart
     chat = load_summary(
         start_load(url, "llama", "chat", 20, tmp_path / "chat.json"), tmp_path / "chat.json"
     )
-    assert chat["requests"]["ok"] > 0 and chat["requests"]["failed"] == 0
+    assert 0 < chat["requests"]["ok"] == chat["requests"]["sent"]  # none refused either
 
     def live_and_healthy() -> Obj | None:
         current = status(admin, namespace)
@@ -132,7 +132,7 @@ def test_a_plain_spec_serves_and_live_telemetry_moves_the_tables_without_restart
     assert serving_pods(admin, namespace) == pods, "a pod restarted or was replaced"
     assert templates(admin, namespace) == template, "the pod template changed"
     random_summary = load_summary(random_load, tmp_path / "random.json")
-    assert random_summary["requests"]["failed"] == 0
+    assert random_summary["requests"]["ok"] == random_summary["requests"]["sent"]
 
     # Prometheus down under traffic: tables frozen, the condition says why; back: healthy
     background = start_load(url, "llama", "chat", 120, tmp_path / "outage.json")

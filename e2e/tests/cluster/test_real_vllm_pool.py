@@ -104,7 +104,7 @@ def test_a_pool_on_the_real_engine_serves_and_is_scraped(
     url = service_url.find(operator.layout.root, namespace, NAME, wait=60)
     out = tmp_path / "load.json"
     summary = load_summary(start_load(url, "smol", "chat", 30, out, concurrency=4), out)
-    assert summary["requests"]["ok"] > 0 and summary["requests"]["failed"] == 0
+    assert 0 < summary["requests"]["ok"] == summary["requests"]["sent"]  # none refused either
 
     pool = {
         "specdeploy_deployment": NAME,

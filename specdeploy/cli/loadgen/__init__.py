@@ -9,12 +9,15 @@ request count, concurrency and tokens.
 Map (pure modules first, I/O last):
 
 * ``config``: what a run is asked to do, its defaults and hard caps.
+* ``ramp``: stages of (duration, concurrency) and the schedule they give.
 * ``loopback``: the URL check (the only name it resolves is ``localhost``).
 * ``prompts``: the seeded ``chat``, ``code`` and ``random`` workloads.
 * ``request``: one OpenAI-compatible streaming request, built as a value.
 * ``stream``: server-sent events in, token timings out (no I/O).
-* ``results``: one request's outcome (ok, or failed by kind) and its timings.
-* ``stats`` and ``report``: percentiles, the summary, its text and JSON.
+* ``results``: one request's outcome (ok, refused, failed, timed out; the
+  kind) and its timings.
+* ``stats``, ``timeline`` and ``report``: percentiles, the summary, the run
+  per time bucket, the text and the JSON.
 * ``client``: the only module that talks HTTP (aiohttp, from the
   ``operator`` extra), and ``runner``: the closed loop of N workers.
 

@@ -11,6 +11,7 @@ throttles the workers (aiohttp's default is 100).
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Callable
 
 import aiohttp
@@ -25,6 +26,11 @@ ERROR_BODY_BYTES = 300
 """How much of an error response is kept as the row's detail."""
 MAX_LINE_BYTES = 1 << 20
 """The longest event line read (aiohttp raises beyond its buffer: counted ``bad_stream``)."""
+
+
+def connect_reason(error: OSError) -> str:
+    """``refused`` when nothing listens (retriable), ``connect`` for any other failure."""
+    return "refused" if error.errno == errno.ECONNREFUSED else "connect"
 
 
 def open_session(concurrency: int) -> aiohttp.ClientSession:
@@ -78,7 +84,12 @@ async def stream_request(
     except aiohttp.ServerDisconnectedError as err:
         return fail("disconnected" if status is None else "broken_stream", str(err)[:200])
     except aiohttp.ClientConnectorError as err:
-        return fail("connect", str(err)[:200])
+        return fail(connect_reason(err.os_error), str(err)[:200])
+    except (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError) as err:
+        # The connection broke. Before the status line the server had sent nothing (a reset,
+        # or a keep-alive connection it closed while the request went out: aiohttp's "Can
+        # not write request body"); after it, the response was cut.
+        return fail("reset" if status is None else "broken_stream", str(err)[:200])
     except aiohttp.ClientError as err:
         return fail("client_error", f"{type(err).__name__}: {err}"[:200])
     except ValueError as err:  # aiohttp's reader: a line longer than its buffer

@@ -1,23 +1,30 @@
 """The run as text for a person and as JSON for a script, and the exit code it earns.
 
-JSON (``--json OUT``): the summary of ``stats.summarize`` (``workload``,
-``concurrency``, ``duration_s``, ..., ``requests: {sent, ok, failed,
-cancelled, failed_by_reason}``, ``output_tokens``, ``output_tokens_per_s``,
+JSON (``--json OUT``, version 2): the summary of ``stats.summarize``
+(``workload``, ``concurrency`` (a ramp's peak), ``duration_s``, ``ramp``,
+..., ``requests: {sent, ok, refused, failed, timed_out, cancelled,
+by_reason}``, ``output_tokens``, ``output_tokens_per_s``,
 ``ttft_ms``/``tpot_ms``/``latency_ms``: ``{p50, p90, p99, mean, count}``)
-under ``summary``, and one row per finished request under ``rows``, in send
-order.
+under ``summary``; the run over time under ``timeline`` (``timeline.py``:
+``{bucket_s, started_at_unix, rows}``); and one row per finished request
+under ``rows``, in send order, with its ``outcome``.
+
+Version 2 split version 1's ``failed`` (every request not ok) into the
+outcome classes of ``results.py`` and renamed ``failed_by_reason`` to
+``by_reason``: a retriable refusal is not a failure.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.cli.loadgen.results import RequestResult
+from specdeploy.cli.loadgen.results import RequestResult, outcome
 from specdeploy.cli.loadgen.runner import LoadRun
 from specdeploy.cli.loadgen.stats import QUANTILES, summarize
+from specdeploy.cli.loadgen.timeline import timeline
 
 KIND = "specdeploy-load"
-VERSION = 1
+VERSION = 2
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -32,6 +39,7 @@ def document(run: LoadRun) -> dict[str, Any]:
         "kind": KIND,
         "version": VERSION,
         "summary": summarize(run),
+        "timeline": timeline(run),
         "rows": [row(r) for r in rows],
     }
 
@@ -48,6 +56,7 @@ def row(result: RequestResult) -> dict[str, Any]:
         "worker": result.worker,
         "start_s": round(result.start_s, 6),
         "ok": m.ok,
+        "outcome": m.outcome,
         "reason": m.reason,
         "status": m.status,
         "output_tokens": m.output_tokens,
@@ -60,11 +69,19 @@ def row(result: RequestResult) -> dict[str, Any]:
 
 
 def exit_code(summary: dict[str, Any]) -> int:
-    """0: at least one request succeeded and none failed; 1: otherwise; 130: interrupted."""
+    """0: some succeeded, none failed or timed out (refusals allowed); 1: otherwise; 130: ^C."""
     if summary["stopped_by"] == "interrupt":
         return EXIT_INTERRUPTED
-    requests = summary["requests"]
-    return EXIT_OK if requests["ok"] > 0 and requests["failed"] == 0 else EXIT_FAILED
+    r = summary["requests"]
+    clean = r["ok"] > 0 and r["failed"] == 0 and r["timed_out"] == 0
+    return EXIT_OK if clean else EXIT_FAILED
+
+
+def _class(requests: dict[str, Any], name: str, label: str) -> str:
+    """``2 refused (http_503 1, refused 1)``: a class's count with its kinds."""
+    kinds = [(k, v) for k, v in requests["by_reason"].items() if outcome(k) == name]
+    detail = ", ".join(f"{k} {v}" for k, v in kinds)
+    return f"{requests[name]} {label}" + (f" ({detail})" if detail and name != "timed_out" else "")
 
 
 def _figure(value: float | None) -> str:
@@ -74,16 +91,22 @@ def _figure(value: float | None) -> str:
 def format_summary(summary: dict[str, Any]) -> str:
     """The summary a person reads at the end of a run."""
     r = summary["requests"]
-    reasons = ", ".join(f"{k} {v}" for k, v in r["failed_by_reason"].items())
     rate = summary["output_tokens_per_s"]
+    shape = (
+        f"ramp {summary['ramp']}" if summary["ramp"] else f"concurrency {summary['concurrency']}"
+    )
     lines = [
         f"workload {summary['workload']} (prompts: {summary['prompts']}), "
-        f"api {summary['api']}, concurrency {summary['concurrency']}, "
+        f"api {summary['api']}, {shape}, "
         f"duration {summary['duration_s']:g} s, max requests {summary['max_requests']}",
         f"stopped by {summary['stopped_by']} after {summary['elapsed_s']:.1f} s "
         f"(at most {summary['max_in_flight']} in flight)",
-        f"requests: {r['ok']} ok, {r['failed']} failed"
-        + (f" ({reasons})" if reasons else "")
+        f"requests: {r['ok']} ok, "
+        + _class(r, "refused", "refused")
+        + ", "
+        + _class(r, "failed", "failed")
+        + ", "
+        + _class(r, "timed_out", "timed out")
         + (f", {r['cancelled']} cancelled" if r["cancelled"] else ""),
         f"output tokens: {summary['output_tokens']}"
         + (f" ({rate:.1f} tok/s, {summary['requests_per_s']:.2f} req/s)" if rate else ""),

@@ -1,18 +1,27 @@
-"""One request's outcome: ok, or failed by kind, with its token timings.
+"""One request's outcome: ok, or not by kind, with its token timings.
 
-Failure kinds (the summary counts each):
+Kinds (the summary counts each), and the outcome class each falls in:
 
-=================  ==========================================================
-``http_<status>``  the server answered with a status other than 200
-``timeout``        the request ran past ``--timeout``
-``connect``        no connection (refused, unreachable)
-``disconnected``   the connection closed before the response began
-``broken_stream``  the stream ended or was cut before ``data: [DONE]``
-``stream_error``   the server sent an error event in the stream
-``bad_stream``     an event that is not an OpenAI-style chunk
-``no_tokens``      the stream finished without a single output token
-``client_error``   any other HTTP client error
-=================  ==========================================================
+=================  =========  ================================================
+``http_<status>``  refused    429 or 503: the server turned it away, retriable
+``http_<status>``  failed     any other status than 200
+``refused``        refused    connection refused (nothing listens: a pod gone)
+``reset``          refused    the connection broke before any byte of a response
+``disconnected``   refused    the connection closed before the response began
+``timeout``        timed_out  the request ran past ``--timeout``
+``connect``        failed     no connection for another reason (unreachable)
+``broken_stream``  failed     the stream ended or was cut before ``data: [DONE]``
+``stream_error``   failed     the server sent an error event in the stream
+``bad_stream``     failed     an event that is not an OpenAI-style chunk
+``no_tokens``      failed     the stream finished without a single output token
+``client_error``   failed     any other HTTP client error
+=================  =========  ================================================
+
+Why "refused" is its own class: a pool that scales down or drains closes
+its port or answers 503 (vLLM while it drains), and a client retries that
+safely, since the server delivered nothing. A request cut once its response
+began, or one that never ends, lost work: those are what a run must not
+have, and what its exit code reports.
 
 TTFT runs from sending to the first chunk with text; TPOT is
 (last text chunk - first text chunk) / (output tokens - 1), undefined for
@@ -29,6 +38,8 @@ from specdeploy.cli.loadgen.stream import StreamState
 
 FAILURE_KINDS = (
     "timeout",
+    "refused",
+    "reset",
     "connect",
     "disconnected",
     "broken_stream",
@@ -38,6 +49,25 @@ FAILURE_KINDS = (
     "client_error",
 )
 """The kinds besides ``http_<status>``."""
+
+OUTCOMES = ("ok", "refused", "failed", "timed_out")
+"""Every request falls in exactly one (a cancelled one, cut by Ctrl-C, in none)."""
+RETRIABLE_STATUSES = frozenset({429, 503})
+REFUSED_KINDS = frozenset({"refused", "reset", "disconnected"})
+"""Kinds where the server delivered nothing and said so at the connection."""
+
+
+def outcome(reason: str | None) -> str:
+    """The outcome class of a request that ended with ``reason`` (None: ok)."""
+    if reason is None:
+        return "ok"
+    if reason == "timeout":
+        return "timed_out"
+    if reason in REFUSED_KINDS:
+        return "refused"
+    if reason.startswith("http_") and reason[5:].isdigit():
+        return "refused" if int(reason[5:]) in RETRIABLE_STATUSES else "failed"
+    return "failed"
 
 
 @dataclass(frozen=True)
@@ -59,6 +89,11 @@ class Measured:
     @property
     def ok(self) -> bool:
         return self.reason is None
+
+    @property
+    def outcome(self) -> str:
+        """``ok``, ``refused``, ``failed`` or ``timed_out`` (``OUTCOMES``)."""
+        return outcome(self.reason)
 
     @property
     def ttft_s(self) -> float | None:

@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from specdeploy.cli.loadgen.ramp import format_ramp
+from specdeploy.cli.loadgen.results import OUTCOMES
 from specdeploy.cli.loadgen.runner import LoadRun
 
 QUANTILES = (50, 90, 99)
@@ -40,7 +42,8 @@ def _round(value: float | None) -> float | None:
 def summarize(run: LoadRun) -> dict[str, Any]:
     """The run's headline figures (TTFT, TPOT and latency over the successful requests)."""
     ok = [r.measured for r in run.results if r.measured.ok]
-    failures = Counter(r.measured.reason for r in run.results if r.measured.reason is not None)
+    reasons = Counter(r.measured.reason for r in run.results if r.measured.reason is not None)
+    outcomes = Counter(r.measured.outcome for r in run.results)
     tokens = sum(m.output_tokens for m in ok)
     elapsed = run.elapsed_s
     c = run.config
@@ -57,15 +60,17 @@ def summarize(run: LoadRun) -> dict[str, Any]:
         "ignore_eos": c.ignore_eos,
         "timeout_s": c.timeout_s,
         "seed": c.seed,
+        "ramp": format_ramp(c.ramp) if c.ramp else None,
+        "backoff_s": c.backoff_s,
+        "started_at_unix": round(run.started_at_unix, 3),
         "elapsed_s": round(elapsed, 3),
         "stopped_by": run.stopped_by,
         "max_in_flight": run.max_in_flight,
         "requests": {
             "sent": run.sent,
-            "ok": len(ok),
-            "failed": sum(failures.values()),
+            **{name: outcomes[name] for name in OUTCOMES},
             "cancelled": run.cancelled,
-            "failed_by_reason": dict(sorted(failures.items())),
+            "by_reason": dict(sorted(reasons.items())),
         },
         "output_tokens": tokens,
         "output_tokens_per_s": round(tokens / elapsed, 3) if elapsed > 0 else None,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,7 +35,8 @@ class Script:
     """Between text chunks."""
     usage: bool = True
     fail: str | None = None
-    """None, ``"500"``, ``"hang"``, ``"cut"`` (close after half the chunks), ``"error"``."""
+    """None, a status (``"500"``, ``"503"``, ...), ``"hang"``, ``"cut"`` (close after half
+    the chunks), ``"error"``, ``"reset"`` (an RST before any byte of a response)."""
     hang_s: float = 5.0
 
 
@@ -70,9 +73,12 @@ class FakeOpenAI:
 
     async def _answer(self, request: web.Request, script: Script) -> web.StreamResponse:
         chat = request.path.endswith("/chat/completions")
-        if script.fail == "500":
+        if script.fail is not None and script.fail.isdigit():
             await asyncio.sleep(script.first_delay_s)
-            return web.json_response({"error": {"message": "boom"}}, status=500)
+            return web.json_response({"error": {"message": "boom"}}, status=int(script.fail))
+        if script.fail == "reset":
+            _reset(request)
+            await asyncio.sleep(script.hang_s)  # the handler outlives its connection
         if script.fail == "hang":
             await asyncio.sleep(script.hang_s)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -100,6 +106,15 @@ class FakeOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+def _reset(request: web.Request) -> None:
+    """Close the connection with an RST (SO_LINGER 0), as a killed process's kernel does."""
+    transport = request.transport
+    assert transport is not None
+    sock = transport.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 async def _event(response: web.StreamResponse, payload: dict[str, Any]) -> None:

@@ -18,13 +18,14 @@ from tests.unit.loadgen.fake_openai import FakeOpenAI, Script
 
 SUMMARY_KEYS = {
     "workload", "prompts", "api", "model", "url", "concurrency", "duration_s", "max_requests",
-    "max_tokens", "ignore_eos", "timeout_s", "seed", "elapsed_s", "stopped_by", "max_in_flight",
+    "max_tokens", "ignore_eos", "timeout_s", "seed", "ramp", "backoff_s", "started_at_unix",
+    "elapsed_s", "stopped_by", "max_in_flight",
     "requests", "output_tokens", "output_tokens_per_s", "requests_per_s",
     "ttft_ms", "tpot_ms", "latency_ms",
 }  # fmt: skip
 ROW_KEYS = {
-    "index", "worker", "start_s", "ok", "reason", "status", "output_tokens", "tokens_from",
-    "ttft_ms", "tpot_ms", "latency_ms", "detail",
+    "index", "worker", "start_s", "ok", "outcome", "reason", "status", "output_tokens",
+    "tokens_from", "ttft_ms", "tpot_ms", "latency_ms", "detail",
 }  # fmt: skip
 
 
@@ -42,11 +43,12 @@ def test_the_json_has_the_summary_and_one_row_per_request(
     out = tmp_path / "load.json"
     assert main([*_load(fake, "--workload", "code", "--json", str(out))]) == 0
     doc: dict[str, Any] = json.loads(out.read_text())
-    assert (doc["kind"], doc["version"]) == ("specdeploy-load", 1)
+    assert (doc["kind"], doc["version"]) == ("specdeploy-load", 2)
     summary = doc["summary"]
     assert set(summary) == SUMMARY_KEYS
     assert summary["requests"] == {
-        "sent": 6, "ok": 6, "failed": 0, "cancelled": 0, "failed_by_reason": {},
+        "sent": 6, "ok": 6, "refused": 0, "failed": 0, "timed_out": 0, "cancelled": 0,
+        "by_reason": {},
     }  # fmt: skip
     assert summary["output_tokens"] == 30 and summary["output_tokens_per_s"] > 0
     assert (summary["workload"], summary["concurrency"], summary["stopped_by"]) == (
@@ -59,8 +61,12 @@ def test_the_json_has_the_summary_and_one_row_per_request(
         assert summary[key]["count"] == 6
     assert [r["index"] for r in doc["rows"]] == list(range(6))
     assert all(set(r) == ROW_KEYS and r["ok"] for r in doc["rows"])
+    assert set(doc["timeline"]) == {"bucket_s", "started_at_unix", "rows"}
+    assert sum(r["started"] for r in doc["timeline"]["rows"]) == 6
+    assert sum(r["output_tokens_per_s"] for r in doc["timeline"]["rows"]) == pytest.approx(30)
     text = capsys.readouterr().out
-    assert "requests: 6 ok, 0 failed" in text and "TTFT" in text and "TPOT" in text
+    assert "requests: 6 ok, 0 refused, 0 failed, 0 timed out" in text
+    assert "TTFT" in text and "TPOT" in text
 
 
 def test_some_failures_exit_1_and_still_print_the_summary(
@@ -68,7 +74,9 @@ def test_some_failures_exit_1_and_still_print_the_summary(
 ) -> None:
     fake.script(lambda n: Script(fail="500" if n == 2 else None))
     assert main(_load(fake)) == 1
-    assert "requests: 5 ok, 1 failed (http_500 1)" in capsys.readouterr().out
+    assert "requests: 5 ok, 0 refused, 1 failed (http_500 1), 0 timed out" in (
+        capsys.readouterr().out
+    )
 
 
 def test_no_success_at_all_exits_1(fake: FakeOpenAI) -> None:
@@ -104,7 +112,7 @@ def test_ctrl_c_stops_cleanly_and_prints_what_was_measured(
     assert main([*argv, "--duration", "20", "--timeout", "20"]) == 130
     text = capsys.readouterr().out
     assert "stopped by interrupt" in text
-    assert "requests: 4 ok, 0 failed, 2 cancelled" in text
+    assert "requests: 4 ok, 0 refused, 0 failed, 0 timed out, 2 cancelled" in text
 
 
 def test_the_help_says_it_is_loopback_only(capsys: pytest.CaptureFixture[str]) -> None:

@@ -46,6 +46,15 @@ def test_the_defaults_bound_count_tokens_and_time() -> None:
         pytest.param({"workload": "poetry"}, "--workload", id="unknown-workload"),
         pytest.param({"api": "responses"}, "--api", id="unknown-api"),
         pytest.param({"model": " "}, "--model", id="blank-model"),
+        pytest.param({"backoff_s": -0.1}, "--backoff", id="negative-backoff"),
+        pytest.param({"backoff_s": 61.0}, "--backoff", id="backoff-over-a-minute"),
+        pytest.param({"timeline_bucket_s": 0.0}, "--timeline-bucket", id="zero-bucket"),
+        pytest.param(
+            {"timeline_bucket_s": 0.01, "duration_s": 3600.0},
+            "--timeline-bucket",
+            id="too-many-rows",
+        ),
+        pytest.param({"concurrency": 0, "duration_s": 0.0}, "--ramp", id="no-shape-at-all"),
     ],
 )
 def test_a_value_out_of_bounds_is_refused_naming_its_flag(
