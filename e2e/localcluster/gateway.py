@@ -187,13 +187,27 @@ def make_app(endpoints: Endpoints) -> web.Application:
                 )
             except aiohttp.ClientConnectorError as err:  # try the next endpoint
                 last = err
-        return _error(502, f"gateway: no endpoint of {namespace}/{service} answered: {last}")
+            except _Unanswered as err:
+                # The endpoint went away before its status line (a draining pod closing a
+                # kept-alive connection): the request was not served, so say so retriably,
+                # as a client of a real Service sees a refused connection.
+                return _error(503, f"gateway: {target} closed before answering: {err.cause}")
+        # Every endpoint refused the connection: as good as no ready endpoint (retriable).
+        return _error(503, f"gateway: no endpoint of {namespace}/{service} answered: {last}")
 
     app.on_startup.append(start)
     app.on_cleanup.append(stop)
     app.router.add_get("/healthz", healthz)
     app.router.add_route("*", "/{namespace}/{service}/{tail:.*}", forward)
     return app
+
+
+class _Unanswered(Exception):
+    """The upstream connection broke before any response byte reached the client."""
+
+    def __init__(self, cause: aiohttp.ClientError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 async def _relay(
@@ -203,7 +217,13 @@ async def _relay(
     headers: Mapping[str, str],
     body: bytes,
 ) -> web.StreamResponse:
-    async with client.request(request.method, url, headers=headers, data=body) as upstream:
+    try:
+        upstream = await client.request(request.method, url, headers=headers, data=body)
+    except aiohttp.ClientConnectorError:
+        raise  # refused: the caller tries the next endpoint
+    except aiohttp.ClientError as err:
+        raise _Unanswered(err) from err
+    try:
         response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for key, value in upstream.headers.items():
             if key.lower() not in HOP_BY_HOP:
@@ -213,6 +233,8 @@ async def _relay(
             await response.write(chunk)
         await response.write_eof()
         return response
+    finally:
+        upstream.release()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -153,6 +153,30 @@ def test_no_endpoint_is_503_and_a_dead_endpoint_is_skipped() -> None:
                 assert "no ready endpoint" in (await r.json())["error"]["message"]
             endpoints.found = [f"127.0.0.1:{dead}"]
             async with client.get(f"{base_url(gateway, 'ml', 'chat')}/v1/models") as r:
-                assert r.status == 502
+                assert r.status == 503  # every endpoint refused: retriable, as no endpoint is
+
+    asyncio.run(scenario())
+
+
+def test_an_endpoint_that_closes_before_answering_is_a_retriable_503() -> None:
+    """A draining pod closing a kept-alive connection served nothing: the client may retry."""
+
+    async def scenario() -> None:
+        closing, gateway = free_port(), free_port()
+
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1024)  # take the request, answer nothing
+            writer.close()
+
+        server = await asyncio.start_server(hang_up, "127.0.0.1", closing)
+        async with (
+            serving(make_app(FixedEndpoints([f"127.0.0.1:{closing}"])), gateway),
+            aiohttp.ClientSession() as client,
+        ):
+            async with client.get(f"{base_url(gateway, 'ml', 'chat')}/v1/models") as r:
+                assert r.status == 503
+                assert "closed before answering" in (await r.json())["error"]["message"]
+        server.close()
+        await server.wait_closed()
 
     asyncio.run(scenario())
