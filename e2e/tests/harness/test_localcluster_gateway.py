@@ -172,10 +172,10 @@ def test_an_endpoint_that_closes_before_answering_is_a_retriable_503() -> None:
         async with (
             serving(make_app(FixedEndpoints([f"127.0.0.1:{closing}"])), gateway),
             aiohttp.ClientSession() as client,
+            client.get(f"{base_url(gateway, 'ml', 'chat')}/v1/models") as r,
         ):
-            async with client.get(f"{base_url(gateway, 'ml', 'chat')}/v1/models") as r:
-                assert r.status == 503
-                assert "closed before answering" in (await r.json())["error"]["message"]
+            assert r.status == 503
+            assert "closed before answering" in (await r.json())["error"]["message"]
         server.close()
         await server.wait_closed()
 
