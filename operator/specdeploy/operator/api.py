@@ -20,6 +20,7 @@ the rest of the operator.
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -55,6 +56,9 @@ DEFAULT_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 MAX_BATCH_SIZE = 4096
 """A bound on input: vLLM's max_num_seqs goes no higher in any deployment we know of."""
 MAX_POOLS = 16
+DEFAULT_GRACE_SECONDS = 60
+SHUTDOWN_MARGIN_SECONDS = 5
+"""Seconds of the grace left after vLLM's ``--shutdown-timeout`` for the process to exit."""
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 
@@ -331,7 +335,24 @@ class VllmSpec(WireModel):
         default=None, description="Added to the serving pods."
     )
     pre_stop_seconds: int = Field(default=15, ge=0, le=600)
-    termination_grace_period_seconds: int = Field(default=60, ge=10, le=3600)
+    termination_grace_period_seconds: int | None = Field(
+        default=None,
+        ge=10,
+        le=3600,
+        description="Default: 60, or with autoscaling the preStop pause plus the longest "
+        "expected request (autoscaling.maxOutputTokens at tpotTargetMs) plus 5s, so a "
+        "scale-down lets every request in flight finish.",
+    )
+
+    def grace_seconds(self, longest_request_s: float | None = None) -> int:
+        """The pods' termination grace: the spec's, else derived (see the field)."""
+        if self.termination_grace_period_seconds is not None:
+            return self.termination_grace_period_seconds
+        if longest_request_s is None:
+            return DEFAULT_GRACE_SECONDS
+        derived = self.pre_stop_seconds + math.ceil(longest_request_s) + SHUTDOWN_MARGIN_SECONDS
+        return min(max(DEFAULT_GRACE_SECONDS, derived), 3600)
+
     resources: ContainerResources | None = Field(
         default=None,
         description="CPU and memory of the vLLM container (serving and profiling); "
@@ -391,6 +412,13 @@ class AutoscalingSpec(WireModel):
         gt=0,
         le=3600,
         description="Waiting requests count as demand that must be served within this time.",
+    )
+    max_output_tokens: int = Field(
+        default=2048,
+        ge=1,
+        le=1_000_000,
+        description="The longest output a request may ask for: at tpotTargetMs it is the "
+        "longest request, which a scale-down waits for (the pods' termination grace).",
     )
     scale_up_window_seconds: int = Field(
         default=0,
@@ -472,6 +500,17 @@ class SpeculativeDeploymentSpec(WireModel):
     vllm: VllmSpec = VllmSpec()
     network_policy: NetworkPolicySpec = NetworkPolicySpec()
     autoscaling: AutoscalingSpec = AutoscalingSpec()
+
+    def longest_request_seconds(self) -> float | None:
+        """How long the longest expected request takes at the latency target (None: unknown)."""
+        a = self.autoscaling
+        if a.mode is AutoscalingMode.NONE or a.tpot_target_ms is None:
+            return None
+        return a.max_output_tokens * a.tpot_target_ms / 1000.0
+
+    def grace_seconds(self) -> int:
+        """The serving pods' ``terminationGracePeriodSeconds``."""
+        return self.vllm.grace_seconds(self.longest_request_seconds())
 
     def served_name(self) -> str:
         return self.model.served_model_name or self.model.name

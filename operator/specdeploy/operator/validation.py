@@ -253,10 +253,10 @@ def extra_args_override_managed_flags(spec: SpeculativeDeploymentSpec) -> Iterat
 
 
 def drain_longer_than_grace(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
-    v = spec.vllm
-    if v.termination_grace_period_seconds < v.pre_stop_seconds + 10:
+    v, grace = spec.vllm, spec.grace_seconds()
+    if grace < v.pre_stop_seconds + 10:
         yield (
-            f"spec.vllm.terminationGracePeriodSeconds: {v.termination_grace_period_seconds} "
+            f"spec.vllm.terminationGracePeriodSeconds: {grace} "
             f"leaves vLLM under 10s after the {v.pre_stop_seconds}s preStop"
         )
 

@@ -277,6 +277,17 @@ def test_the_deployment_drains_gracefully() -> None:
     assert strategy["maxUnavailable"] == 0
 
 
+def test_with_autoscaling_the_grace_covers_the_longest_expected_request() -> None:
+    # 2048 tokens at 50 ms = 103 s of decoding; + 15 s preStop + 5 s margin = 123 s.
+    auto = {"mode": "operator", "tpotTargetMs": 50, "maxOutputTokens": 2048}
+    s = spec(vllm={"preStopSeconds": 15}, autoscaling=auto)
+    assert pod(serving(s))["terminationGracePeriodSeconds"] == 123
+    assert args_of(serving(s))["--shutdown-timeout"] == "103"
+    assert pod(serving(spec()))["terminationGracePeriodSeconds"] == 60  # no autoscaling
+    explicit = spec(vllm={"terminationGracePeriodSeconds": 30}, autoscaling=auto)
+    assert pod(serving(explicit))["terminationGracePeriodSeconds"] == 30  # the user's word
+
+
 def test_the_deployment_is_pinned_to_its_gpu_type_with_gpu_resources() -> None:
     p = pod(serving())
     assert p["nodeSelector"]["nvidia.com/gpu.product"] == H100

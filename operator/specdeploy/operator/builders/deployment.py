@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from specdeploy.operator.api import (
     GPU_PRODUCT_LABEL,
+    SHUTDOWN_MARGIN_SECONDS,
     SpeculativeDeploymentSpec,
 )
 from specdeploy.operator.builders.common import (
@@ -62,7 +63,6 @@ CONTAINER = "vllm"
 HTTP_PORT = 8000
 METRICS_PORT = 9400
 TABLE_DIR = "/etc/specdeploy/table"
-SHUTDOWN_MARGIN_SECONDS = 5
 """Left between vLLM's own shutdown timeout and the kubelet's SIGKILL."""
 
 
@@ -114,7 +114,7 @@ def speculative_config(spec: SpeculativeDeploymentSpec) -> str:
 
 def shutdown_timeout(spec: SpeculativeDeploymentSpec) -> int:
     v = spec.vllm
-    left = v.termination_grace_period_seconds - v.pre_stop_seconds - SHUTDOWN_MARGIN_SECONDS
+    left = spec.grace_seconds() - v.pre_stop_seconds - SHUTDOWN_MARGIN_SECONDS
     return max(1, left)
 
 
@@ -190,7 +190,7 @@ def _container(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, 
 def _pod_spec(spec: SpeculativeDeploymentSpec, pool: ServingPool) -> dict[str, object]:
     return {
         "containers": [_container(spec, pool)],
-        "terminationGracePeriodSeconds": spec.vllm.termination_grace_period_seconds,
+        "terminationGracePeriodSeconds": spec.grace_seconds(),
         # vLLM needs no API access: no token in the pod (review M8)
         "automountServiceAccountToken": False,
         "securityContext": pod_security(),
