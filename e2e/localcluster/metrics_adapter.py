@@ -35,9 +35,11 @@ gone fails discovery (``kubectl``, ``helm``) for every later client.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import socket
+import ssl
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -242,6 +244,7 @@ class Call:
     verb: str
     uri: str
     code: int
+    user_agent: str
 
 
 def callers(log: Path) -> list[Call]:
@@ -255,7 +258,8 @@ def callers(log: Path) -> list[Call]:
             continue
         code = int(event.get("responseStatus", {}).get("code", 0))
         user = event.get("user", {}).get("username", "")
-        calls.append(Call(user, event.get("verb", ""), event.get("requestURI", ""), code))
+        uri, agent = event.get("requestURI", ""), event.get("userAgent", "")
+        calls.append(Call(user, event.get("verb", ""), uri, code, agent))
     return calls
 
 
@@ -309,6 +313,38 @@ def _write_kubeconfig(api: KubeApi, cluster: Cluster) -> Path:
     return kubeconfig.write(target, doc)
 
 
+PROBE_USER = "specdeploy-localcluster-probe"
+"""The caller ``front_proxy_accepted`` names, and its User-Agent."""
+
+
+def front_proxy_accepted(layout: Layout, port: int) -> bool:
+    """The adapter authenticates the front proxy: a discovery request with the proxy's
+    certificate, naming a ``system:masters`` caller in the headers, answers 200.
+
+    The adapter loads the front proxy's CA from kube-system's
+    ``extension-apiserver-authentication`` ConfigMap after it starts serving;
+    until then the aggregator's requests reach it as ``system:anonymous`` and get
+    403. Registering only after this holds keeps those out of its audit log.
+    """
+    context = ssl.create_default_context(cafile=str(layout.pki.ca_cert))
+    client = pki.FRONT_PROXY_CLIENT
+    context.load_cert_chain(str(layout.pki.cert(client)), str(layout.pki.key(client)))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=context)
+    headers = {
+        "X-Remote-User": PROBE_USER,
+        "X-Remote-Group": "system:masters",
+        # Until the CA is loaded this probe is anonymous itself; its agent tells it apart.
+        "User-Agent": PROBE_USER,
+    }
+    try:
+        conn.request("GET", f"/apis/{GROUP}/{VERSION}", headers=headers)
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
 def available(api: KubeApi) -> bool:
     """The APIService's Available condition is True (the aggregator reached the adapter)."""
     found = api.get_or_none(API_SERVICE_PATH)
@@ -347,6 +383,9 @@ def start(
     )
     log_path = layout.log(NAME)
     processes.wait_ready(record, lambda: probe(spec, layout), log=log_path, timeout=60.0)
+    processes.wait_ready(
+        record, lambda: front_proxy_accepted(layout, port), log=log_path, timeout=60.0
+    )
     for obj in registration_manifests(port, layout.pki.ca_cert.read_bytes()):
         apply(api, obj)
     wait_for(
