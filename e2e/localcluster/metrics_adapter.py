@@ -383,9 +383,15 @@ def start(
     )
     log_path = layout.log(NAME)
     processes.wait_ready(record, lambda: probe(spec, layout), log=log_path, timeout=60.0)
-    processes.wait_ready(
-        record, lambda: front_proxy_accepted(layout, port), log=log_path, timeout=60.0
-    )
+    try:
+        processes.wait_ready(
+            record, lambda: front_proxy_accepted(layout, port), log=log_path, timeout=60.0
+        )
+    except processes.ComponentFailed as err:
+        raise processes.ComponentFailed(
+            f"{NAME} does not accept the front proxy's certificate: is kube-apiserver started"
+            f" with --requestheader-client-ca-file (components.apiserver)? {err}"
+        ) from err
     for obj in registration_manifests(port, layout.pki.ca_cert.read_bytes()):
         apply(api, obj)
     wait_for(
