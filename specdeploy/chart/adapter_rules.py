@@ -9,7 +9,10 @@ stabilisation, its events, its status) while the number comes from the tables.
 
 The metric contract (the operator's ``/metrics``):
 
-* ``specdeploy_pool_wanted_replicas``, a gauge;
+* ``specdeploy_operator_pool_wanted_replicas``, a gauge (``builders.scaler``
+  names it, ``operator.metrics`` exports it; the issue's brief called it
+  ``specdeploy_pool_wanted_replicas`` before the operator's ``specdeploy_operator_``
+  prefix was applied);
 * ``specdeploy_namespace``: the SpeculativeDeployment's namespace (the
   operator's own ``namespace`` label is where the operator runs);
 * ``deployment``: the pool's apps/v1 Deployment name;
@@ -29,10 +32,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC
+
 __all__ = ["DEPLOYMENT_LABEL", "METRIC", "METRICS_QUERY", "NAMESPACE_LABEL", "adapter_rules"]
 
-METRIC = "specdeploy_pool_wanted_replicas"
-"""The operator's gauge and the custom metric's name in ``custom.metrics.k8s.io``."""
+METRIC = WANTED_REPLICAS_METRIC
+"""The operator's gauge and the custom metric's name in ``custom.metrics.k8s.io`` (the one
+name the operator's HPA asks for)."""
 NAMESPACE_LABEL = "specdeploy_namespace"
 DEPLOYMENT_LABEL = "deployment"
 METRICS_QUERY = "max(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"

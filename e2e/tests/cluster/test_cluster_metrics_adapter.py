@@ -2,7 +2,7 @@
 
 The whole ``autoscaling.mode: hpa`` chain, from real components: a loopback
 ``/metrics`` endpoint plays the operator and exports
-``specdeploy_pool_wanted_replicas`` with a value the test sets; the cluster's
+``specdeploy_operator_pool_wanted_replicas`` with a value the test sets; the cluster's
 Prometheus scrapes it through a file-SD target; prometheus-adapter v0.12.0
 serves it as ``custom.metrics.k8s.io/v1beta2`` through the aggregation layer
 (front-proxy certificates, ``metrics_adapter``); an ``autoscaling/v2`` HPA

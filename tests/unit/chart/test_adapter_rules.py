@@ -15,6 +15,8 @@ from specdeploy.chart.adapter_rules import (
     NAMESPACE_LABEL,
     adapter_rules,
 )
+from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC
+from specdeploy.operator.metrics import OperatorMetrics
 
 # The keys of prometheus-adapter v0.12.0's pkg/config (yaml tags of DiscoveryRule and friends).
 DOCUMENT_KEYS = {"rules", "resourceRules", "externalRules"}
@@ -48,7 +50,31 @@ def test_the_series_query_selects_the_gauge_with_both_resource_labels_set() -> N
     query = _only_rule()["seriesQuery"]
 
     assert query == f'{METRIC}{{{NAMESPACE_LABEL}!="",{DEPLOYMENT_LABEL}!=""}}'
-    assert METRIC == "specdeploy_pool_wanted_replicas"
+    assert METRIC == "specdeploy_operator_pool_wanted_replicas"
+
+
+def test_the_operator_exports_the_gauge_with_both_labels_the_rule_maps() -> None:
+    metrics = OperatorMetrics()
+    # Keyword labels: a gauge without exactly these label names raises here.
+    metrics.wanted_replicas.labels(
+        specdeploy_namespace="team-a",
+        deployment="chat-h100",
+        specdeploy_deployment="chat",
+        specdeploy_pool="h100",
+    ).set(3)
+
+    samples = [
+        sample
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name == METRIC
+    ]
+    assert len(samples) == 1 and samples[0].value == 3
+    assert {NAMESPACE_LABEL, DEPLOYMENT_LABEL} <= set(samples[0].labels)
+
+
+def test_the_operators_hpa_asks_for_the_name_the_rule_exposes() -> None:
+    assert _only_rule()["name"]["as"] == WANTED_REPLICAS_METRIC  # type: ignore[index]
 
 
 def test_the_labels_map_to_the_namespace_and_the_pools_apps_deployment() -> None:
