@@ -253,7 +253,10 @@ def callers(log: Path) -> list[Call]:
         return []
     calls = []
     for line in log.read_text().splitlines():
-        event = json.loads(line)
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the line the adapter is writing now
         if event.get("stage") != "ResponseComplete":
             continue
         code = int(event.get("responseStatus", {}).get("code", 0))

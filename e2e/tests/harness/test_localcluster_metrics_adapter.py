@@ -138,7 +138,8 @@ def test_callers_reads_who_the_adapter_served_from_complete_events_only(tmp_path
             "userAgent": "kube-controller-manager",
         },
     ]
-    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+    # The last line is one the adapter is still writing.
+    log.write_text("".join(json.dumps(e) + "\n" for e in events) + '{"stage": "Resp')
 
     calls = metrics_adapter.callers(log)
 
