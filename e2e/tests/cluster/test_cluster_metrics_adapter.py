@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster import cluster, metrics_adapter, objects, prometheus
+from e2e.localcluster import cluster, metrics_adapter, objects, processes, prometheus
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.waiting import wait_for
 from specdeploy.chart.adapter_rules import DEPLOYMENT_LABEL, METRIC, NAMESPACE_LABEL
@@ -209,3 +209,24 @@ def test_the_real_hpa_scales_a_deployment_up_and_down_on_the_wanted_replicas_gau
     anonymous = [c for c in calls if c.user == "system:anonymous"]
     assert all(c.user_agent == metrics_adapter.PROBE_USER for c in anonymous), anonymous
     assert all(c.code == 403 for c in anonymous), anonymous
+
+
+def test_a_stopped_adapter_leaves_no_apiservice_to_break_discovery(
+    local_cluster: cluster.Cluster, admin: KubeApi
+) -> None:
+    with metrics_adapter.running(local_cluster, log=lambda _m: None):
+        groups = {g["name"] for g in admin.get("/apis")["groups"]}
+        assert metrics_adapter.GROUP in groups
+
+    assert admin.get_or_none(metrics_adapter.API_SERVICE_PATH) is None
+    # The aggregator drops the group from discovery through its informer: soon, not at once.
+    wait_for(
+        lambda: metrics_adapter.GROUP not in {g["name"] for g in admin.get("/apis")["groups"]},
+        what=f"{metrics_adapter.GROUP} gone from /apis",
+        timeout=15,
+    )
+    assert not [
+        r
+        for r in processes.read_records(local_cluster.layout.run)
+        if r.name == "prometheus-adapter"
+    ]
