@@ -74,6 +74,7 @@ FIELD_MANAGER = "specdeploy-localcluster"
 AVAILABLE_TIMEOUT = 90.0
 RELIST_INTERVAL = "5s"
 """How often the adapter re-lists series (default 10 m): a new series is servable in seconds."""
+MAX_AGE = "1m"
 RESOURCE_READS = (
     {"apiGroups": [""], "resources": ["namespaces", "pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
@@ -205,6 +206,9 @@ def component(
         f"--prometheus-url={prometheus_url}/",
         f"--config={config}",
         f"--metrics-relist-interval={RELIST_INTERVAL}",
+        # The window a re-list looks back over (default: the relist interval); longer,
+        # so a slower scrape (SPECDEPLOY_PROMETHEUS_SCRAPE_INTERVAL) never hides a series.
+        f"--metrics-max-age={MAX_AGE}",
         # The adapter's own audit log: the user it authenticated for each request
         # (``callers``), which is how a test tells the forwarded identity from anonymous.
         f"--audit-policy-file={audit_policy(layout)}",
