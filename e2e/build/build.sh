@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, or reuse, the local cluster's binaries: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, kwok, helm, prometheus,
-# promtool and helm-unittest (the chart's template tests).
+# promtool, helm-unittest (the chart's template tests) and prometheus-adapter
+# (custom.metrics.k8s.io for the autoscaling e2e).
 #
 # Each build unit is a wrapper module under e2e/build/<unit>/ (go.mod and
 # go.sum committed); its binaries land in $SPECDEPLOY_CACHE/bin/<unit>-<version>/
@@ -19,7 +20,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/versions.env"
 cache="${SPECDEPLOY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specdeploy}/bin"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}" CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-units=(etcd k8s kwok helm prometheus helm-unittest)
+units=(etcd k8s kwok helm prometheus helm-unittest prometheus-adapter)
 # Bump when a change to this script changes what the binaries are.
 RECIPE=1
 
@@ -31,6 +32,7 @@ version_of() {
         helm) echo "$HELM_VERSION" ;;
         prometheus) echo "$PROMETHEUS_VERSION" ;;
         helm-unittest) echo "$HELM_UNITTEST_VERSION" ;;
+        prometheus-adapter) echo "$PROMETHEUS_ADAPTER_VERSION" ;;
         *) echo "unknown unit $1" >&2; return 1 ;;
     esac
 }
@@ -43,6 +45,7 @@ module_of() {
         helm) echo helm.sh/helm/v3 ;;
         prometheus) echo github.com/prometheus/prometheus ;;
         helm-unittest) echo github.com/helm-unittest/helm-unittest ;;
+        prometheus-adapter) echo sigs.k8s.io/prometheus-adapter ;;
     esac
 }
 
@@ -105,6 +108,7 @@ ldflags_of() {
                 "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(echo "$cg" | cut -d. -f2)" ;;
         kwok) echo "" ;;  # kwok's version is a constant in its source
         helm-unittest) echo "" ;;
+        prometheus-adapter) echo "" ;;
         prometheus)
             # What promu stamps; `prometheus --version` and build_info show it.
             local pkg=github.com/prometheus/common/version

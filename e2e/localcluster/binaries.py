@@ -25,6 +25,8 @@ UNIT_OF = {
     "prometheus": "prometheus",
     "promtool": "prometheus",
     "helm-unittest": "helm-unittest",
+    # The binary of the module's cmd/adapter package.
+    "adapter": "prometheus-adapter",
 }
 VERSION_KEY = {
     "etcd": "ETCD_VERSION",
@@ -33,6 +35,7 @@ VERSION_KEY = {
     "helm": "HELM_VERSION",
     "prometheus": "PROMETHEUS_VERSION",
     "helm-unittest": "HELM_UNITTEST_VERSION",
+    "prometheus-adapter": "PROMETHEUS_ADAPTER_VERSION",
 }
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e.localcluster.layout import Layout, Ports
+from e2e.localcluster.pki import FRONT_PROXY_CLIENT
 
 # The first address of this range is the `kubernetes` Service (a SAN in pki.py).
 SERVICE_CIDR = "10.0.0.0/24"
@@ -92,6 +93,17 @@ def apiserver(binary: Path, layout: Layout, ports: Ports) -> Component:
         "--audit-log-format=json",
         "--audit-log-maxsize=200",
         "--audit-log-maxbackup=2",
+        # The aggregation layer (prometheus-adapter's custom.metrics.k8s.io): the API
+        # server calls aggregated servers with the front proxy's client certificate
+        # and names the caller in these headers; an aggregated server reads the CA and
+        # the header names from kube-system's extension-apiserver-authentication.
+        f"--requestheader-client-ca-file={pki.front_proxy_ca_cert}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki.cert(FRONT_PROXY_CLIENT)}",
+        f"--proxy-client-key-file={pki.key(FRONT_PROXY_CLIENT)}",
     ]
     return Component(
         "kube-apiserver", argv, f"https://127.0.0.1:{ports.apiserver}/readyz", "verify"
@@ -116,6 +128,8 @@ def controller_manager(binary: Path, layout: Layout, ports: Ports) -> Component:
         f"--service-account-private-key-file={layout.pki.sa_key}",
         f"--root-ca-file={layout.pki.ca_cert}",
         "--controllers=*",
+        # The HPA controller's loop (default 15 s): tests see a scale within seconds.
+        "--horizontal-pod-autoscaler-sync-period=5s",
     ]
     url = f"https://127.0.0.1:{ports.controller_manager}/healthz"
     return Component("kube-controller-manager", argv, url, "self-signed")

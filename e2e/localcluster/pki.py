@@ -6,6 +6,14 @@ certificate for the API server whose SANs cover the in-cluster names, client
 certificates whose CN/O become user and groups (``system:masters`` for the
 admin, the well-known component users for controller-manager and scheduler),
 and an RSA key pair that signs ServiceAccount tokens.
+
+A second CA, the front proxy's, signs one client certificate,
+``front-proxy-client``, with which the API server's aggregation layer calls
+aggregated API servers (prometheus-adapter's ``custom.metrics.k8s.io``) and
+passes the caller on in ``X-Remote-User``/``X-Remote-Group``. It is a CA of
+its own, as kubeadm makes it, because an aggregated server trusts whatever
+that CA signs to speak for any user: the cluster CA signs every component's
+client certificate, none of which may do that.
 """
 
 from __future__ import annotations
@@ -45,6 +53,15 @@ class Pki:
         return self.dir / "ca.key"
 
     @property
+    def front_proxy_ca_cert(self) -> Path:
+        """``--requestheader-client-ca-file``: the CA aggregated servers trust for the proxy."""
+        return self.dir / "front-proxy-ca.crt"
+
+    @property
+    def front_proxy_ca_key(self) -> Path:
+        return self.dir / "front-proxy-ca.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.dir / "sa.key"
 
@@ -65,6 +82,14 @@ CLIENTS = {
     "controller-manager": ("system:kube-controller-manager", ""),
     "scheduler": ("system:kube-scheduler", ""),
 }
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""The CN of the aggregation layer's client certificate (``--requestheader-allowed-names``)
+and the name of its files (``cert(FRONT_PROXY_CLIENT)``)."""
+CLIENT_EXTENSIONS = (
+    "basicConstraints=CA:FALSE",
+    "keyUsage=critical,digitalSignature,keyEncipherment",
+    "extendedKeyUsage=clientAuth",
+)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -87,8 +112,19 @@ def _ec_key(path: Path) -> None:
     )
 
 
-def sign(pki: Pki, name: str, subject: str, extensions: list[str]) -> None:
-    """Key, CSR and CA-signed certificate for ``name`` (components, the chaos proxy)."""
+def sign(
+    pki: Pki,
+    name: str,
+    subject: str,
+    extensions: list[str],
+    *,
+    ca: tuple[Path, Path] | None = None,
+) -> None:
+    """Key, CSR and CA-signed certificate for ``name`` (components, the chaos proxy).
+
+    ``ca``: (certificate, key) of the signing CA; the cluster CA when None.
+    """
+    ca_cert, ca_key = ca or (pki.ca_cert, pki.ca_key)
     _ec_key(pki.key(name))
     csr = pki.dir / f"{name}.csr"
     ext = pki.dir / f"{name}.ext"
@@ -102,9 +138,9 @@ def sign(pki: Pki, name: str, subject: str, extensions: list[str]) -> None:
         "-in",
         str(csr),
         "-CA",
-        str(pki.ca_cert),
+        str(ca_cert),
         "-CAkey",
-        str(pki.ca_key),
+        str(ca_key),
         "-set_serial",
         str(secrets.randbits(63)),
         "-days",
@@ -127,29 +163,57 @@ def require_openssl() -> None:
         )
 
 
-def create(directory: Path) -> Pki:
-    """Create a fresh PKI in ``directory`` (kept across restarts of the same work dir)."""
-    require_openssl()
-    pki = Pki(directory)
-    if pki.ca_cert.exists() and pki.sa_pub.exists() and pki.cert("admin").exists():
-        return pki
-    directory.mkdir(parents=True, exist_ok=True)
-    _ec_key(pki.ca_key)
+def _self_signed_ca(cert: Path, key: Path, common_name: str) -> None:
+    _ec_key(key)
     _openssl(
         "req",
         "-x509",
         "-new",
         "-key",
-        str(pki.ca_key),
+        str(key),
         "-subj",
-        "/CN=specdeploy-local-ca",
+        f"/CN={common_name}",
         "-days",
         DAYS,
         "-sha256",
         "-out",
-        str(pki.ca_cert),
-        cwd=directory,
+        str(cert),
+        cwd=cert.parent,
     )
+
+
+def create(directory: Path) -> Pki:
+    """Create a fresh PKI in ``directory`` (kept across restarts of the same work dir).
+
+    A kept PKI that predates the front proxy gets only the front proxy's files,
+    so kubeconfigs handed out earlier keep their CA.
+    """
+    require_openssl()
+    pki = Pki(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (pki.ca_cert.exists() and pki.sa_pub.exists() and pki.cert("admin").exists()):
+        _create_cluster_pki(pki)
+    if not pki.cert(FRONT_PROXY_CLIENT).exists():
+        _create_front_proxy_pki(pki)
+    return pki
+
+
+def _create_front_proxy_pki(pki: Pki) -> None:
+    """The front proxy's CA and the aggregation layer's client certificate."""
+    _self_signed_ca(pki.front_proxy_ca_cert, pki.front_proxy_ca_key, "specdeploy-front-proxy-ca")
+    sign(
+        pki,
+        FRONT_PROXY_CLIENT,
+        f"/CN={FRONT_PROXY_CLIENT}",
+        list(CLIENT_EXTENSIONS),
+        ca=(pki.front_proxy_ca_cert, pki.front_proxy_ca_key),
+    )
+
+
+def _create_cluster_pki(pki: Pki) -> None:
+    """The cluster CA, the API server's serving cert, the clients' certs, the SA key pair."""
+    directory = pki.dir
+    _self_signed_ca(pki.ca_cert, pki.ca_key, "specdeploy-local-ca")
     sign(
         pki,
         "apiserver",
@@ -163,16 +227,7 @@ def create(directory: Path) -> Pki:
     )
     for name, (cn, group) in CLIENTS.items():
         subject = f"/CN={cn}" + (f"/O={group}" if group else "")
-        sign(
-            pki,
-            name,
-            subject,
-            [
-                "basicConstraints=CA:FALSE",
-                "keyUsage=critical,digitalSignature,keyEncipherment",
-                "extendedKeyUsage=clientAuth",
-            ],
-        )
+        sign(pki, name, subject, list(CLIENT_EXTENSIONS))
     # RSA for ServiceAccount tokens (RS256): the most widely verifiable JWT algorithm.
     _openssl(
         "genpkey",
@@ -185,4 +240,3 @@ def create(directory: Path) -> Pki:
         cwd=directory,
     )
     _openssl("pkey", "-in", str(pki.sa_key), "-pubout", "-out", str(pki.sa_pub), cwd=directory)
-    return pki
