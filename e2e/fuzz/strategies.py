@@ -156,6 +156,27 @@ def _integer(draw: Draw, node: Node, walk: Walk) -> int:
     return int(draw(st.integers(lo, hi)))
 
 
+def _number(draw: Draw, node: Node, walk: Walk) -> float:
+    """A float within the schema's bounds, or just outside them.
+
+    OpenAPI v3.0 as CRDs state it: ``exclusiveMinimum: true`` makes ``minimum`` itself
+    invalid (pydantic's ``gt``).
+    """
+    low, high = node.get("minimum"), node.get("maximum")
+    exclusive = bool(node.get("exclusiveMinimum")) and low is not None
+    if walk.breaks(draw):
+        edges = [-1.0, 1e308]
+        edges += [float(low) - 1] if low is not None else []
+        edges += [float(low)] if exclusive and low is not None else []  # the bound itself is out
+        edges += [float(high) + 1] if high is not None else []
+        return float(_pick(draw, *edges))
+    lo = float(low) if low is not None else -1e9
+    hi = float(high) if high is not None else 1e9
+    if exclusive:
+        lo += max(abs(lo), 1.0) * 1e-6
+    return float(draw(st.floats(lo, hi, allow_nan=False, allow_infinity=False)))
+
+
 # --- domain strategies ---------------------------------------------------------
 
 
@@ -425,6 +446,8 @@ def value(draw: Draw, node: Node, path: str, walk: Walk) -> Any:
         return _string(draw, node, walk)
     if kind == "integer":
         return _integer(draw, node, walk)
+    if kind == "number":
+        return _number(draw, node, walk)
     if kind == "boolean":
         return draw(st.booleans())
     raise ValueError(f"spec.{path}: schema type {kind!r} has no strategy")
