@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
-.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench \
+.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale \
 	crds cluster-up cluster-down clean fuzz chaos
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
@@ -81,6 +81,11 @@ bench: $(STAMP)
 # The chaos matrix (e2e/chaos, review §5.3) on a cluster of its own: every scenario, judged
 # by the invariants I1-I7, recorded in bench/results/chaos.{json,md}. About 30-60 min on
 # 2 cores; STEADY= shortens the steady-state window (I5, default 120 s).
+# Autoscaling under a load ramp on a local cluster of its own (modes operator and hpa):
+# bench/results/autoscale_ramp.json and a PNG per mode (load, replicas, K over time).
+bench-autoscale: $(STAMP) cluster-bins
+	$(BIN)/python bench/autoscale_ramp.py --out bench/results
+
 chaos: $(STAMP) cluster-bins
 	$(BIN)/python -m e2e.chaos.runner --out bench/results $(if $(STEADY),--steady-seconds $(STEADY))
 

@@ -16,17 +16,17 @@ ServiceAccount, forwarded by the aggregator, and never ``system:anonymous``.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from e2e.localcluster import cluster, metrics_adapter, objects, processes, prometheus
 from e2e.localcluster.kubeapi import ApiError, KubeApi
+from e2e.localcluster.metrics_endpoint import serve_metrics
 from e2e.localcluster.waiting import wait_for
 from specdeploy.chart.adapter_rules import DEPLOYMENT_LABEL, METRIC, NAMESPACE_LABEL
 from specdeploy.runtime.kube import paths
@@ -47,21 +47,7 @@ class Gauge:
 
 
 def _serve(gauge: Gauge) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, payload = (200, gauge.exposition()) if self.path == "/metrics" else (404, b"")
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_metrics(gauge.exposition)
 
 
 @pytest.fixture

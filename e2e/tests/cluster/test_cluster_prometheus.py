@@ -8,18 +8,18 @@ will, then reads the series back through Prometheus' HTTP API.
 from __future__ import annotations
 
 import subprocess
-import threading
 import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from e2e.localcluster import binaries, cluster, processes, prometheus
+from e2e.localcluster.metrics_endpoint import serve_metrics
 from e2e.localcluster.waiting import wait_for
 
 SCRAPE_WAIT = 60.0
@@ -32,22 +32,7 @@ POD_LABELS = {
 
 def _metrics_server(body: str) -> ThreadingHTTPServer:
     """A loopback /metrics endpoint serving ``body`` in the text format, in a thread."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            status, payload = (200, body.encode()) if self.path == "/metrics" else (404, b"")
-            self.send_response(status)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *_args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_metrics(body.encode)
 
 
 @pytest.fixture
