@@ -1,0 +1,745 @@
+"""The capacity model against the emulated pod's measured throughput (issue 17, deliverable 2).
+
+Why: the autoscaler sizes a pool as demand over one replica's capacity, and
+that capacity (``runtime.capacity.replica_capacity``) is a prediction from a
+profile's goodput grid and the K table in force. This bench checks the
+prediction against what a serving pod of the local cluster actually delivers
+when driven at the predicted batch size.
+
+For each GPU type of the local cluster's default fleet, the pool gets the
+profile the operator would get there: the operator's own profiling-Job
+arguments (``builders.job.profiler_args`` for ``examples/specdeploy.yaml``),
+turned into the simulator run by the kubelet stand-in's own rule
+(``emulation.profiler_args``), run through ``specdeploy profile``. Then, per
+workload (``chat``: the profile's acceptance and schedule; ``random``: the
+collapsed acceptance and the schedule the telemetry loop re-derives for it)
+and per TPOT target, it predicts (batch size, K, tokens/s, TPOT) and
+MEASURES the emulated vLLM server process (``python -m e2e.emulated.vllm_serve``,
+what serving pods run, with the operator's serving arguments and the real
+add-on under ``policy: table``) with the specdeploy load generator's client
+in a closed loop at that concurrency (ignore_eos, output lengths spread so
+requests do not finish in waves): output tokens/s from the server's
+``vllm:generation_tokens_total`` over batch-mean windows, TPOT per request
+from the client.
+
+What it shows and does not: the emulated pod is MODELLED (its step times are
+the simulator's cost model, no GPU), so agreement checks the capacity
+arithmetic, the profile's fit and acceptance estimate, the pod's batching,
+acceptance sampling, prefill interleaving and queueing against the model;
+it says nothing about a real GPU. Rates are in the emulated GPU's time: wall
+figures times the server's time scale (chosen per case so the host keeps up),
+and the server's own "host behind" figure is recorded. Usage::
+
+    nice .venv/bin/python bench/autoscale_capacity.py [--out bench/results] [--tpot-ms 12,24]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import platform
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: e2e.* and bench.* from the checkout's root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import yaml
+
+from e2e.emulated.catalog import emulated_preset
+from e2e.emulated.workloads import Workload, class_models
+from e2e.localcluster import emulation
+from e2e.localcluster.fleet import DEFAULT_SPEC, parse_fleet
+from specdeploy.operator.api import SpeculativeDeploymentSpec
+from specdeploy.operator.builders.deployment import ServingPool, allowed_k, vllm_args
+from specdeploy.operator.builders.job import profiler_args
+from specdeploy.operator.fingerprint import pool_fingerprint
+from specdeploy.runtime.capacity import Capacity, replica_capacity
+from specdeploy.runtime.contract import PodEnv, Policy, PoolTable
+from specdeploy.runtime.goodput import FloatArray
+from specdeploy.runtime.intervals import mean_half_width
+from specdeploy.runtime.profile import ProfileSpec, load_profile
+from specdeploy.runtime.rederive import derive_live_schedule, live_goodput_grid
+from specdeploy.runtime.schedule import cost_model, goodput_grid, modelled_itl_grid
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "specdeploy.yaml"
+TPOT_TARGETS_MS = (12.0, 24.0)
+WORKLOADS = (Workload.CHAT, Workload.RANDOM)
+OUTPUT_TOKENS = (256, 768)
+"""Each request's max_tokens, uniform in this range (ignore_eos): long enough that a
+prompt's prefill is a small share of a request, spread so that finishes do not align
+(each worker's first request is shorter still: ``first_request_tokens``)."""
+WARMUP_REQUEST_SHARE = 0.2
+WINDOWS = 4
+WINDOW_REQUEST_SHARE = 0.2
+"""Warm-up and each batch-mean window, as shares of a mean request's modelled duration."""
+MAX_WALL_CHUNKS_PER_S = 4000.0
+"""Stream chunks per wall second the host is asked for (one per request per step): the
+time scale is raised until the modelled load fits under it."""
+TARGET_ERROR = 0.10
+PROMPT_OVERRIDE: str | None = None
+"""``--one-word-prompts``: every prompt replaced by one word (a diagnosis of prefill's share)."""
+SERVED = "llama-8b"
+
+
+# --- pure helpers ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean and its 95% half-width (NaN half-width from fewer than two values)."""
+
+    mean: float
+    half_width: float
+
+    def as_dict(self, digits: int = 4) -> dict[str, float]:
+        return {"mean": round(self.mean, digits), "halfWidth": round(self.half_width, digits)}
+
+
+def interval(values: Sequence[float]) -> Interval:
+    """Mean and Student-t half-width of (close to independent) batch means."""
+    if not values:
+        raise ValueError("no values")
+    mean = sum(values) / len(values)
+    return Interval(mean, mean_half_width(values) if len(values) > 1 else float("nan"))
+
+
+def window_rates(samples: Sequence[tuple[float, float]]) -> list[float]:
+    """Per-window rates of a counter from (time, value) samples in time order."""
+    rates = []
+    for (t0, v0), (t1, v1) in zip(samples, samples[1:], strict=False):
+        if t1 <= t0:
+            raise ValueError(f"samples out of time order at t={t1}")
+        rates.append((v1 - v0) / (t1 - t0))
+    return rates
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured: positive when the model promises too much."""
+    if measured <= 0:
+        raise ValueError(f"measured must be > 0, got {measured}")
+    return predicted / measured - 1.0
+
+
+def time_scale_for(
+    capacity: Capacity, al: float, max_chunks: float = MAX_WALL_CHUNKS_PER_S
+) -> float:
+    """Wall seconds per modelled second so that the pod streams at most ``max_chunks``/s.
+
+    A request gains one chunk per step, a step lasts TPOT * AL modelled seconds, so the
+    pod streams ``batch / (TPOT * AL)`` chunks per modelled second.
+    """
+    chunks = capacity.batch_size / (capacity.tpot_seconds * al)
+    return max(1.0, chunks / max_chunks)
+
+
+def first_request_tokens(rng: random.Random, output_tokens: tuple[int, int]) -> int:
+    """A worker's first request: the remaining length of a request caught in progress.
+
+    The closed loop starts all workers at once; requests of full length would
+    finish in one wave half a request later. Starting each worker with the
+    residual of a length drawn length-biased from ``output_tokens`` (a request
+    met at a random time is a long one, at a uniform point of its length) gives
+    the steady state's spread of finishes from the first step on.
+    """
+    lo, hi = output_tokens
+    if not 1 <= lo <= hi:
+        raise ValueError(f"want 1 <= lo <= hi, got {output_tokens}")
+    while True:  # length-biased: accept n with probability n / hi
+        n = rng.randint(lo, hi)
+        if rng.random() * hi < n:
+            return max(1, round(rng.random() * n))
+
+
+def mean_decode_context(prompt_tokens: float, output_tokens: tuple[int, int]) -> float:
+    """Mean context of a decoding sequence in the closed loop's steady state.
+
+    A step meets a request with probability proportional to its length n
+    (uniform on ``output_tokens``), at a uniform point of it: its context is
+    the prompt plus E[n^2] / (2 E[n]) tokens on average.
+    """
+    lo, hi = output_tokens
+    if not 1 <= lo <= hi:
+        raise ValueError(f"want 1 <= lo <= hi, got {output_tokens}")
+    count = hi - lo + 1
+    mean = (lo + hi) / 2
+    second = mean**2 + (count**2 - 1) / 12  # a discrete uniform's E[n^2]
+    return prompt_tokens + second / (2 * mean)
+
+
+def prefill_aware_rate(
+    itl_ms: float, beta_ms: float, *, batch: int, al: float, prompt_per_output: float
+) -> float:
+    """Replica tokens/s when each output token brings ``prompt_per_output`` prompt tokens.
+
+    A diagnosis, not the operator's model: a step that emits ``batch * al``
+    tokens also prefills ``batch * al * prompt_per_output`` prompt tokens of the
+    requests that replaced finished ones, each priced like a verified token
+    (``beta_ms``, the profile's cost per verified token at that batch size).
+    """
+    step_ms = itl_ms + beta_ms * batch * al * prompt_per_output
+    return batch * al / (step_ms / 1000.0)
+
+
+def tpot_window_means(
+    ends: Sequence[tuple[float, float | None]], edges: Sequence[float], time_scale: float
+) -> list[float]:
+    """Mean TPOT (modelled seconds) of the requests that ended in each window between
+    consecutive ``edges`` (wall seconds on the run's clock); windows with none are left out.
+    ``ends`` holds (end time, wall TPOT or None) per completed request."""
+    means = []
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        got = [tpot for end, tpot in ends if tpot is not None and lo <= end < hi]
+        if got:
+            means.append(sum(got) / len(got) / time_scale)
+    return means
+
+
+def k_shares(steps_by_k: Mapping[int, float]) -> dict[int, float]:
+    """Each K's share of the steps (empty when none ran)."""
+    total = sum(steps_by_k.values())
+    return {k: round(n / total, 4) for k, n in sorted(steps_by_k.items()) if n} if total else {}
+
+
+def markdown(doc: Mapping[str, Any]) -> str:
+    """The results as a short table, with what they are and are not."""
+    lines = [
+        "# Capacity model vs the emulated pod (issue 17)",
+        "",
+        "MODELLED: the emulated pod's step times come from the simulator's cost model, "
+        "not a GPU. Predicted: `replica_capacity` on the pool's sim profile (chat: its "
+        "acceptance and schedule; random: collapsed acceptance, re-derived schedule). "
+        "Measured: the emulated vLLM server process at the predicted batch size "
+        "(closed loop, ignore_eos), in the emulated GPU's time; ± is a 95% interval "
+        "over batch-mean windows (tokens/s) and per-request TPOT.",
+        "",
+        f"Command: `{doc['command']}`; commit {doc['commit']}; {doc['machine']}; "
+        f"{doc['wallSeconds']} s wall.",
+        "",
+        "| GPU | workload | TPOT target ms | batch | K | predicted tok/s | measured tok/s "
+        "| error | predicted TPOT ms | measured TPOT ms | mean running | time scale "
+        "| prompt/output tokens | prefill- and context-aware tok/s (error) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["cases"]:
+        head = f"| {r['gpu']} | {r['workload']} | {r['tpotTargetMs']:g} "
+        p = r.get("predicted")
+        if p is None:
+            lines.append(head + "| - | - | no batch meets the target | | | | | | | | |")
+            continue
+        m, d = r["measured"], r["diagnosis"]
+        lines.append(
+            head + f"| {p['batchSize']} | {p['k']} | {p['tokensPerSecond']:.0f} "
+            f"| {m['tokensPerSecond']['mean']:.0f} ± {m['tokensPerSecond']['halfWidth']:.0f} "
+            f"| {100 * r['relativeError']:+.1f}% | {1000 * p['tpotSeconds']:.2f} "
+            f"| {1000 * m['tpotSeconds']['mean']:.2f} ± {1000 * m['tpotSeconds']['halfWidth']:.2f} "
+            f"| {m['meanRunning']:.1f} | {m['timeScale']:g} "
+            f"| {d['promptTokensPerOutputToken']:.3f} "
+            f"| {d['prefillAwareTokensPerSecond']:.0f} ({100 * d['prefillAwareError']:+.1f}%) |"
+        )
+    s = doc["summary"]
+    lines += [
+        "",
+        f"{s['within']} of {s['measured']} measured cases within ±{100 * TARGET_ERROR:.0f}% "
+        f"(largest |error| {100 * s['maxAbsError']:.1f}%).",
+        "",
+        "What this checks: the capacity arithmetic, the profile's cost-model fit and "
+        "acceptance estimate, and the pod's batching, acceptance sampling, prefill "
+        "interleaving and queueing, against the model. What it does not: any real GPU.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --- the profile the operator would get -------------------------------------
+
+
+def example_spec() -> SpeculativeDeploymentSpec:
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    return SpeculativeDeploymentSpec.model_validate(doc["spec"])
+
+
+def pool_profile(spec: SpeculativeDeploymentSpec, gpu: str, workdir: Path) -> ProfileSpec:
+    """The profiling Job's command as the stand-in runs it, writing to a file."""
+    fp = pool_fingerprint(spec, gpu_type=gpu, gpus_per_replica=1)
+    args = emulation.profiler_args(profiler_args(spec, fp), gpu)
+    out = workdir / f"profile-{gpu}.yaml"
+    argv = [a for a in args if a != "--kubernetes"] + [f"--out={out}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "specdeploy", *argv], cwd=ROOT, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"profiling {gpu} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return load_profile(out).spec
+
+
+# --- the serving pod ----------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Pod:
+    proc: subprocess.Popen[bytes]
+    url: str
+    addon_url: str
+    log: Path
+
+    def modelled_seconds(self) -> float | None:
+        found = re.findall(r"([0-9.]+) modelled GPU seconds", self.log.read_text(errors="replace"))
+        return float(found[-1]) if found else None
+
+    def behind_seconds(self) -> float | None:
+        found = re.findall(r"host behind by ([0-9.]+) s", self.log.read_text(errors="replace"))
+        return float(found[-1]) if found else None
+
+
+@contextlib.contextmanager
+def serving_pod(
+    spec: SpeculativeDeploymentSpec,
+    gpu: str,
+    schedule: Sequence[Sequence[int]],
+    workdir: Path,
+    time_scale: float,
+) -> Iterator[Pod]:
+    """The emulated server with the operator's serving arguments and ``schedule`` mounted."""
+    http, metrics = free_port(), free_port()
+    sched = tuple((int(a), int(b), int(k)) for a, b, k in schedule)
+    pool = ServingPool("pool", "pool-table", gpu, 1, 1, "bench", sched)
+    args = [a for a in vllm_args(spec, pool) if not a.startswith("--port=")]
+    table = workdir / f"table-{gpu}-{http}.json"
+    table.write_text(PoolTable(policy=Policy.TABLE, schedule=sched).to_json())
+    env = {
+        **os.environ,
+        PodEnv.TABLE_FILE.value: str(table),
+        PodEnv.POLICY.value: Policy.TABLE.value,
+        PodEnv.POOL.value: gpu,
+        PodEnv.ALLOWED_K.value: allowed_k(spec.speculation.max_k),
+        **emulation.serving_env(emulation.Ports(http, metrics), gpu),
+        "SPECDEPLOY_EMULATED_TIME_SCALE": f"{time_scale:g}",
+        "SPECDEPLOY_EMULATED_LOAD_SECONDS": "0.2",
+    }
+    log = workdir / f"server-{http}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", emulation.SERVER_MODULE, *args, f"--port={http}"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    pod = Pod(proc, f"http://127.0.0.1:{http}", f"http://127.0.0.1:{metrics}", log)
+    try:
+        _wait_healthy(pod)
+        yield pod
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wait_healthy(pod: Pod, timeout: float = 30.0) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pod.proc.poll() is not None:
+            raise RuntimeError(f"server exited: {pod.log.read_text()[-2000:]}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(pod.url + "/health", timeout=2) as got:
+                if got.status == 200:
+                    return
+        time.sleep(0.05)
+    raise RuntimeError(f"server never became healthy: {pod.log.read_text()[-2000:]}")
+
+
+# --- the closed loop and its scrapes -------------------------------------------
+
+
+def _final_tokens(pod: Pod) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(pod.url + "/metrics", timeout=10) as got:
+        return _scalar(got.read().decode(), "vllm:generation_tokens_total")
+
+
+def _scalar(text: str, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += float(s.value)
+    return total
+
+
+def _by_label(text: str, name: str, label: str) -> dict[int, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[int, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and label in s.labels:
+                out[int(s.labels[label])] = out.get(int(s.labels[label]), 0.0) + float(s.value)
+    return out
+
+
+@dataclass(frozen=True)
+class Scrape:
+    wall: float
+    generation_tokens: float
+    running: float
+    steps_by_k: dict[int, float]
+    drafted: float
+    accepted: float
+    prompt_tokens: float
+
+
+async def _scrape(session: Any, pod: Pod) -> Scrape:
+    async with session.get(pod.url + "/metrics") as got:
+        text = await got.text()
+    async with session.get(pod.addon_url + "/metrics") as got:
+        addon = await got.text()
+    return Scrape(
+        wall=time.perf_counter(),
+        generation_tokens=_scalar(text, "vllm:generation_tokens_total"),
+        running=_scalar(text, "vllm:num_requests_running"),
+        steps_by_k=_by_label(addon, "specdeploy_steps_total", "k"),
+        drafted=_scalar(text, "vllm:spec_decode_num_draft_tokens_total"),
+        accepted=_scalar(text, "vllm:spec_decode_num_accepted_tokens_total"),
+        prompt_tokens=_scalar(text, "vllm:prompt_tokens_total"),
+    )
+
+
+async def closed_loop(
+    pod: Pod,
+    workload: str,
+    batch: int,
+    *,
+    warmup_s: float,
+    window_s: float,
+    seed: int,
+    output_tokens: tuple[int, int] = OUTPUT_TOKENS,
+) -> tuple[list[Scrape], list[Any]]:
+    """``batch`` workers for warm-up plus ``WINDOWS`` windows (wall), scraped at each edge."""
+    import aiohttp
+
+    from specdeploy.cli.loadgen import client
+    from specdeploy.cli.loadgen.config import MAX_DURATION_S, LoadConfig
+    from specdeploy.cli.loadgen.request import RequestSpec
+    from specdeploy.cli.loadgen.runner import LoadRunner
+
+    total = warmup_s + WINDOWS * window_s
+    config = LoadConfig(
+        url=pod.url,
+        model=SERVED,
+        concurrency=batch,
+        duration_s=MAX_DURATION_S,  # interrupted after the last scrape
+        workload=workload,
+        max_tokens=output_tokens[1],
+        ignore_eos=True,
+        timeout_s=600.0,
+        seed=seed,
+    )
+    rng = random.Random(seed)
+    runner = LoadRunner(config)
+    sent = 0
+    async with client.open_session(batch) as session, aiohttp.ClientSession() as scraper:
+
+        async def send(req: RequestSpec) -> Any:
+            nonlocal sent
+            sent += 1
+            first = sent <= batch
+            tokens = (
+                first_request_tokens(rng, output_tokens) if first else rng.randint(*output_tokens)
+            )
+            body = {**req.body, "max_tokens": tokens}
+            if PROMPT_OVERRIDE is not None:  # diagnosis only: how much prefill costs
+                body["messages"] = [{"role": "user", "content": PROMPT_OVERRIDE}]
+            varied = dataclasses.replace(req, body=body)
+            return await client.stream_request(
+                session, varied, timeout_s=config.timeout_s, clock=time.perf_counter
+            )
+
+        load = asyncio.create_task(runner.run_with(send))
+        await asyncio.sleep(warmup_s)
+        scrapes = [await _scrape(scraper, pod)]
+        for _ in range(WINDOWS):
+            await asyncio.sleep(max(0.0, scrapes[-1].wall + window_s - time.perf_counter()))
+            scrapes.append(await _scrape(scraper, pod))
+        runner.interrupt()
+        run = await load
+    return scrapes, list(run.results)
+
+
+def measured_figures(
+    scrapes: Sequence[Scrape], results: Sequence[Any], time_scale: float
+) -> dict[str, Any]:
+    """Tokens/s, TPOT, batch and K shares in the emulated GPU's time from one closed loop."""
+    rates = window_rates([(s.wall, s.generation_tokens) for s in scrapes])
+    tokens = interval([r * time_scale for r in rates])
+    tpots = tpot_window_means(
+        [(r.measured.ended_at, r.measured.tpot_s) for r in results if r.measured.ok],
+        [s.wall for s in scrapes],
+        time_scale,
+    )
+    first, last = scrapes[0], scrapes[-1]
+    steps = {k: last.steps_by_k.get(k, 0.0) - first.steps_by_k.get(k, 0.0) for k in last.steps_by_k}
+    drafted = last.drafted - first.drafted
+    return {
+        "tokensPerSecond": tokens.as_dict(1),
+        "tpotSeconds": interval(tpots).as_dict(6)
+        if tpots
+        else {"mean": float("nan"), "halfWidth": float("nan")},
+        "tpotRequests": sum(
+            r.measured.ok and scrapes[0].wall <= r.measured.ended_at < scrapes[-1].wall
+            for r in results
+        ),
+        "promptTokensPerOutputToken": round(
+            (last.prompt_tokens - first.prompt_tokens)
+            / max(last.generation_tokens - first.generation_tokens, 1.0),
+            4,
+        ),
+        "windows": len(rates),
+        "meanRunning": round(sum(s.running for s in scrapes) / len(scrapes), 2),
+        "kShareOfSteps": k_shares(steps),
+        "acceptedPerDraftToken": round((last.accepted - first.accepted) / drafted, 4)
+        if drafted
+        else None,
+        "timeScale": round(time_scale, 3),
+        "failedRequests": sum(not r.measured.ok for r in results),
+    }
+
+
+# --- one case, and the whole run ------------------------------------------------
+
+
+def predictions(
+    spec: ProfileSpec, workload: Workload, per_position: Sequence[float], targets_s: Sequence[float]
+) -> tuple[list[tuple[int, int, int]], FloatArray, list[Capacity | None]]:
+    """The schedule in force for the workload, its grid and the capacity per target."""
+    if workload is Workload.CHAT:
+        grid = goodput_grid(spec)
+        schedule = [tuple(int(x) for x in r) for r in spec.schedule]
+    else:
+        grid = live_goodput_grid(spec, per_position)
+        schedule = derive_live_schedule(spec, grid, allowed=range(spec.fingerprint.max_k + 1))
+    caps = [replica_capacity(grid, schedule, tpot_target_s=t) for t in targets_s]
+    return [(a, b, k) for a, b, k in schedule], grid, caps  # type: ignore[misc]
+
+
+def run_case(
+    spec: SpeculativeDeploymentSpec,
+    gpu: str,
+    workload: Workload,
+    schedule: Sequence[Sequence[int]],
+    cap: Capacity,
+    al: float,
+    workdir: Path,
+    seed: int,
+    output_tokens: tuple[int, int] = OUTPUT_TOKENS,
+) -> dict[str, Any]:
+    scale = time_scale_for(cap, al)
+    request_s = sum(output_tokens) / 2 * cap.tpot_seconds * scale
+    with serving_pod(spec, gpu, schedule, workdir, scale) as pod:
+        scrapes, results = asyncio.run(
+            closed_loop(
+                pod,
+                workload.value,
+                cap.batch_size,
+                warmup_s=WARMUP_REQUEST_SHARE * request_s,
+                window_s=WINDOW_REQUEST_SHARE * request_s,
+                seed=seed,
+                output_tokens=output_tokens,
+            )
+        )
+        figures = measured_figures(scrapes, results, scale)
+        final = _final_tokens(pod)
+    figures["hostBehindSeconds"] = pod.behind_seconds()
+    modelled = pod.modelled_seconds()
+    if modelled:
+        # The whole run (warm-up and the interrupted tail too) in the engine's own
+        # modelled time: what the pod did, whatever the host's pacing.
+        figures["wholeRunTokensPerModelledSecond"] = round(final / modelled, 1)
+    return figures
+
+
+def _predicted(cap: Capacity) -> dict[str, Any]:
+    return {
+        "batchSize": cap.batch_size,
+        "k": cap.k,
+        "tokensPerSecond": round(cap.tokens_per_second, 1),
+        "tpotSeconds": round(cap.tpot_seconds, 6),
+        "limitedBy": cap.limited_by.value,
+    }
+
+
+def _diagnosis(
+    profile: ProfileSpec, cap: Capacity, al: float, row: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The prediction at the same batch and K with the measured prefill priced in, and
+    at the loop's mean context (the profile's grid holds its own reference context)."""
+    rho = row["measured"]["promptTokensPerOutputToken"]
+    lengths = (int(row["outputTokens"][0]), int(row["outputTokens"][1]))
+    context = mean_decode_context(rho * sum(lengths) / 2, lengths)
+    grid = modelled_itl_grid(profile, context_per_sequence=context)
+    itl = float(grid[cap.batch_size, cap.k])
+    beta = cost_model(profile).beta_at(cap.batch_size)
+    rate = prefill_aware_rate(itl, beta, batch=cap.batch_size, al=al, prompt_per_output=rho)
+    got = row["measured"]["tokensPerSecond"]["mean"]
+    return {
+        "meanDecodeContext": round(context, 1),
+        "profileReferenceContext": round(cost_model(profile).reference_context, 1),
+        "promptTokensPerOutputToken": rho,
+        "prefillAwareTokensPerSecond": round(rate, 1),
+        "prefillAwareError": round(relative_error(rate, got), 4),
+    }
+
+
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True)
+    return done.stdout.decode().strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def run(
+    targets_ms: Sequence[float],
+    seed: int,
+    gpus: Sequence[str] = (),
+    output_tokens: tuple[int, int] = OUTPUT_TOKENS,
+    workloads: Sequence[Workload] = WORKLOADS,
+) -> dict[str, Any]:
+    from specdeploy.runtime.goodput import acceptance_lengths
+
+    started = time.perf_counter()
+    spec = example_spec()
+    gpus = list(gpus) or [p.gpu.product for p in parse_fleet(DEFAULT_SPEC)]
+    cases: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="capbench-") as tmp:
+        workdir = Path(tmp)
+        for gpu in gpus:
+            profile = pool_profile(spec, gpu, workdir)
+            preset, _ = emulated_preset(spec.model.name, spec.speculation.method.value, gpu)
+            classes = class_models(preset)
+            for workload in workloads:
+                rates = (
+                    tuple(profile.acceptance.per_position)
+                    if workload is Workload.CHAT
+                    else tuple(classes[workload].acceptance.nominal())[: profile.fingerprint.max_k]
+                )
+                schedule, _, caps = predictions(
+                    profile, workload, rates, [t / 1000 for t in targets_ms]
+                )
+                als = acceptance_lengths(rates, profile.fingerprint.max_k)
+                for target, cap in zip(targets_ms, caps, strict=True):
+                    row: dict[str, Any] = {
+                        "gpu": gpu,
+                        "workload": workload.value,
+                        "tpotTargetMs": target,
+                        "schedule": [list(r) for r in schedule],
+                        "acceptancePerPosition": [round(a, 4) for a in rates],
+                        "outputTokens": list(output_tokens),
+                    }
+                    if cap is not None:
+                        row["predicted"] = _predicted(cap)
+                        row["measured"] = run_case(
+                            spec,
+                            gpu,
+                            workload,
+                            schedule,
+                            cap,
+                            float(als[cap.k]),
+                            workdir,
+                            seed,
+                            output_tokens,
+                        )
+                        got = row["measured"]["tokensPerSecond"]["mean"]
+                        row["relativeError"] = round(relative_error(cap.tokens_per_second, got), 4)
+                        row["diagnosis"] = _diagnosis(profile, cap, float(als[cap.k]), row)
+                    print(
+                        json.dumps(
+                            {
+                                k: row.get(k)
+                                for k in (
+                                    "gpu",
+                                    "workload",
+                                    "tpotTargetMs",
+                                    "predicted",
+                                    "relativeError",
+                                )
+                            }
+                        ),
+                        flush=True,
+                    )  # noqa: E501
+                    cases.append(row)
+    errors = [abs(c["relativeError"]) for c in cases if "relativeError" in c]
+    return {
+        "what": "replica_capacity predictions vs the emulated vLLM pod's throughput (MODELLED)",
+        "commit": _commit(),
+        "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "outputTokens": list(output_tokens),
+        "cases": cases,
+        "summary": {
+            "measured": len(errors),
+            "within": sum(e <= TARGET_ERROR for e in errors),
+            "maxAbsError": round(max(errors), 4) if errors else None,
+            "target": TARGET_ERROR,
+        },
+        "wallSeconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--tpot-ms", default=",".join(f"{t:g}" for t in TPOT_TARGETS_MS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gpu", action="append", default=[], help="default: the local fleet's")
+    p.add_argument("--workload", action="append", default=[], choices=[w.value for w in WORKLOADS])
+    p.add_argument("--one-word-prompts", action="store_true", help="diagnosis: ~no prefill")
+    p.add_argument("--output-tokens", default=",".join(str(n) for n in OUTPUT_TOKENS))
+    args = p.parse_args(argv)
+    targets = [float(t) for t in args.tpot_ms.split(",") if t.strip()]
+    global PROMPT_OVERRIDE
+    PROMPT_OVERRIDE = "hello" if args.one_word_prompts else None
+    lo, hi = (int(n) for n in args.output_tokens.split(","))
+    chosen = [Workload(w) for w in args.workload] or list(WORKLOADS)
+    doc = run(targets, args.seed, args.gpu, (lo, hi), chosen)
+    doc["command"] = "python bench/autoscale_capacity.py " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "autoscale_capacity.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (args.out / "autoscale_capacity.md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
