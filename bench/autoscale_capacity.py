@@ -39,7 +39,9 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import json
+import math
 import os
 import platform
 import random
@@ -70,7 +72,7 @@ from specdeploy.operator.builders.job import profiler_args
 from specdeploy.operator.fingerprint import pool_fingerprint
 from specdeploy.runtime.capacity import Capacity, replica_capacity
 from specdeploy.runtime.contract import PodEnv, Policy, PoolTable
-from specdeploy.runtime.goodput import FloatArray
+from specdeploy.runtime.goodput import acceptance_lengths
 from specdeploy.runtime.intervals import mean_half_width
 from specdeploy.runtime.profile import ProfileSpec, load_profile
 from specdeploy.runtime.rederive import derive_live_schedule, live_goodput_grid
@@ -88,12 +90,13 @@ WARMUP_REQUEST_SHARE = 0.2
 WINDOWS = 4
 WINDOW_REQUEST_SHARE = 0.2
 """Warm-up and each batch-mean window, as shares of a mean request's modelled duration."""
-MAX_WALL_CHUNKS_PER_S = 4000.0
+MAX_WALL_CHUNKS_PER_S = 2000.0
 """Stream chunks per wall second the host is asked for (one per request per step): the
 time scale is raised until the modelled load fits under it."""
 TARGET_ERROR = 0.10
-PROMPT_OVERRIDE: str | None = None
-"""``--one-word-prompts``: every prompt replaced by one word (a diagnosis of prefill's share)."""
+MAX_BEHIND_SHARE = 0.02
+"""The share of a run's wall time the pod may fall behind its pacing before the case is
+run again, slower (``run_case``)."""
 SERVED = "llama-8b"
 
 
@@ -107,8 +110,10 @@ class Interval:
     mean: float
     half_width: float
 
-    def as_dict(self, digits: int = 4) -> dict[str, float]:
-        return {"mean": round(self.mean, digits), "halfWidth": round(self.half_width, digits)}
+    def as_dict(self, digits: int = 4) -> dict[str, float | None]:
+        """JSON-ready (a NaN half-width, from one value, becomes None)."""
+        half = None if math.isnan(self.half_width) else round(self.half_width, digits)
+        return {"mean": round(self.mean, digits), "halfWidth": half}
 
 
 def interval(values: Sequence[float]) -> Interval:
@@ -122,7 +127,7 @@ def interval(values: Sequence[float]) -> Interval:
 def window_rates(samples: Sequence[tuple[float, float]]) -> list[float]:
     """Per-window rates of a counter from (time, value) samples in time order."""
     rates = []
-    for (t0, v0), (t1, v1) in zip(samples, samples[1:], strict=False):
+    for (t0, v0), (t1, v1) in itertools.pairwise(samples):
         if t1 <= t0:
             raise ValueError(f"samples out of time order at t={t1}")
         rates.append((v1 - v0) / (t1 - t0))
@@ -203,7 +208,7 @@ def tpot_window_means(
     consecutive ``edges`` (wall seconds on the run's clock); windows with none are left out.
     ``ends`` holds (end time, wall TPOT or None) per completed request."""
     means = []
-    for lo, hi in zip(edges, edges[1:], strict=False):
+    for lo, hi in itertools.pairwise(edges):
         got = [tpot for end, tpot in ends if tpot is not None and lo <= end < hi]
         if got:
             means.append(sum(got) / len(got) / time_scale)
@@ -214,6 +219,15 @@ def k_shares(steps_by_k: Mapping[int, float]) -> dict[int, float]:
     """Each K's share of the steps (empty when none ran)."""
     total = sum(steps_by_k.values())
     return {k: round(n / total, 4) for k, n in sorted(steps_by_k.items()) if n} if total else {}
+
+
+def _pm(figure: Mapping[str, float | None] | None, scale: float, digits: int) -> str:
+    """``mean ± half-width`` of an ``Interval.as_dict``, times ``scale`` ("-" when absent)."""
+    if figure is None or figure["mean"] is None:
+        return "-"
+    text = f"{scale * figure['mean']:.{digits}f}"
+    half = figure["halfWidth"]
+    return text if half is None else f"{text} ± {scale * half:.{digits}f}"
 
 
 def markdown(doc: Mapping[str, Any]) -> str:
@@ -233,23 +247,23 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         "| GPU | workload | TPOT target ms | batch | K | predicted tok/s | measured tok/s "
         "| error | predicted TPOT ms | measured TPOT ms | mean running | time scale "
-        "| prompt/output tokens | prefill- and context-aware tok/s (error) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| prompt/output tokens | at loop context: tok/s (error) | and prefill priced |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["cases"]:
         head = f"| {r['gpu']} | {r['workload']} | {r['tpotTargetMs']:g} "
         p = r.get("predicted")
         if p is None:
-            lines.append(head + "| - | - | no batch meets the target | | | | | | | | |")
+            lines.append(head + "| - | - | no batch meets the target | | | | | | | | | |")
             continue
         m, d = r["measured"], r["diagnosis"]
         lines.append(
             head + f"| {p['batchSize']} | {p['k']} | {p['tokensPerSecond']:.0f} "
-            f"| {m['tokensPerSecond']['mean']:.0f} ± {m['tokensPerSecond']['halfWidth']:.0f} "
-            f"| {100 * r['relativeError']:+.1f}% | {1000 * p['tpotSeconds']:.2f} "
-            f"| {1000 * m['tpotSeconds']['mean']:.2f} ± {1000 * m['tpotSeconds']['halfWidth']:.2f} "
+            f"| {_pm(m['tokensPerSecond'], 1, 0)} | {100 * r['relativeError']:+.1f}% "
+            f"| {1000 * p['tpotSeconds']:.2f} | {_pm(m['tpotSeconds'], 1000, 2)} "
             f"| {m['meanRunning']:.1f} | {m['timeScale']:g} "
-            f"| {d['promptTokensPerOutputToken']:.3f} "
+            f"| {m['promptTokensPerOutputToken']:.3f} "
+            f"| {d['contextAwareTokensPerSecond']:.0f} ({100 * d['contextAwareError']:+.1f}%) "
             f"| {d['prefillAwareTokensPerSecond']:.0f} ({100 * d['prefillAwareError']:+.1f}%) |"
         )
     s = doc["summary"]
@@ -368,10 +382,12 @@ def _wait_healthy(pod: Pod, timeout: float = 30.0) -> None:
     while time.monotonic() < deadline:
         if pod.proc.poll() is not None:
             raise RuntimeError(f"server exited: {pod.log.read_text()[-2000:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(pod.url + "/health", timeout=2) as got:
-                if got.status == 200:
-                    return
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(pod.url + "/health", timeout=2) as got,
+        ):
+            if got.status == 200:
+                return
         time.sleep(0.05)
     raise RuntimeError(f"server never became healthy: {pod.log.read_text()[-2000:]}")
 
@@ -435,6 +451,17 @@ async def _scrape(session: Any, pod: Pod) -> Scrape:
     )
 
 
+@dataclass(frozen=True)
+class Loop:
+    """How the closed loop's requests look."""
+
+    output_tokens: tuple[int, int] = OUTPUT_TOKENS
+    prompt: str | None = None
+    """None: the load generator's prompts for the workload; else this text for every
+    request (a diagnosis: one word leaves almost no prefill)."""
+    seed: int = 0
+
+
 async def closed_loop(
     pod: Pod,
     workload: str,
@@ -442,8 +469,7 @@ async def closed_loop(
     *,
     warmup_s: float,
     window_s: float,
-    seed: int,
-    output_tokens: tuple[int, int] = OUTPUT_TOKENS,
+    loop: Loop,
 ) -> tuple[list[Scrape], list[Any]]:
     """``batch`` workers for warm-up plus ``WINDOWS`` windows (wall), scraped at each edge."""
     import aiohttp
@@ -453,7 +479,7 @@ async def closed_loop(
     from specdeploy.cli.loadgen.request import RequestSpec
     from specdeploy.cli.loadgen.runner import LoadRunner
 
-    total = warmup_s + WINDOWS * window_s
+    output_tokens = loop.output_tokens
     config = LoadConfig(
         url=pod.url,
         model=SERVED,
@@ -463,9 +489,9 @@ async def closed_loop(
         max_tokens=output_tokens[1],
         ignore_eos=True,
         timeout_s=600.0,
-        seed=seed,
+        seed=loop.seed,
     )
-    rng = random.Random(seed)
+    rng = random.Random(loop.seed)
     runner = LoadRunner(config)
     sent = 0
     async with client.open_session(batch) as session, aiohttp.ClientSession() as scraper:
@@ -478,8 +504,8 @@ async def closed_loop(
                 first_request_tokens(rng, output_tokens) if first else rng.randint(*output_tokens)
             )
             body = {**req.body, "max_tokens": tokens}
-            if PROMPT_OVERRIDE is not None:  # diagnosis only: how much prefill costs
-                body["messages"] = [{"role": "user", "content": PROMPT_OVERRIDE}]
+            if loop.prompt is not None:  # diagnosis only: how much prefill costs
+                body["messages"] = [{"role": "user", "content": loop.prompt}]
             varied = dataclasses.replace(req, body=body)
             return await client.stream_request(
                 session, varied, timeout_s=config.timeout_s, clock=time.perf_counter
@@ -512,9 +538,7 @@ def measured_figures(
     drafted = last.drafted - first.drafted
     return {
         "tokensPerSecond": tokens.as_dict(1),
-        "tpotSeconds": interval(tpots).as_dict(6)
-        if tpots
-        else {"mean": float("nan"), "halfWidth": float("nan")},
+        "tpotSeconds": interval(tpots).as_dict(6) if tpots else None,
         "tpotRequests": sum(
             r.measured.ok and scrapes[0].wall <= r.measured.ended_at < scrapes[-1].wall
             for r in results
@@ -540,45 +564,88 @@ def measured_figures(
 
 def predictions(
     spec: ProfileSpec, workload: Workload, per_position: Sequence[float], targets_s: Sequence[float]
-) -> tuple[list[tuple[int, int, int]], FloatArray, list[Capacity | None]]:
-    """The schedule in force for the workload, its grid and the capacity per target."""
+) -> tuple[list[tuple[int, int, int]], list[Capacity | None]]:
+    """The schedule in force for the workload and the capacity per TPOT target.
+
+    ``chat`` is the traffic the profile describes: its grid and its schedule.
+    ``random`` collapses acceptance: the telemetry loop's live grid and the
+    schedule it re-derives from it (``rederive``), over the pods' K set.
+    """
     if workload is Workload.CHAT:
+        if spec.schedule is None:
+            raise ValueError("the pool's profile has no schedule")
         grid = goodput_grid(spec)
-        schedule = [tuple(int(x) for x in r) for r in spec.schedule]
+        schedule = [(int(a), int(b), int(k)) for a, b, k in spec.schedule]
     else:
         grid = live_goodput_grid(spec, per_position)
         schedule = derive_live_schedule(spec, grid, allowed=range(spec.fingerprint.max_k + 1))
-    caps = [replica_capacity(grid, schedule, tpot_target_s=t) for t in targets_s]
-    return [(a, b, k) for a, b, k in schedule], grid, caps  # type: ignore[misc]
+    return schedule, [replica_capacity(grid, schedule, tpot_target_s=t) for t in targets_s]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One run of the bench (the command line)."""
+
+    targets_ms: tuple[float, ...] = TPOT_TARGETS_MS
+    gpus: tuple[str, ...] = ()
+    """Empty: the local cluster's default fleet."""
+    workloads: tuple[Workload, ...] = WORKLOADS
+    loop: Loop = Loop()
 
 
 def run_case(
     spec: SpeculativeDeploymentSpec,
-    gpu: str,
-    workload: Workload,
-    schedule: Sequence[Sequence[int]],
+    pool: PoolCase,
     cap: Capacity,
     al: float,
     workdir: Path,
-    seed: int,
-    output_tokens: tuple[int, int] = OUTPUT_TOKENS,
+    loop: Loop,
 ) -> dict[str, Any]:
+    """Drive a fresh pod at the predicted batch size; the measured figures.
+
+    A host too busy to pace the pod (the server lost more than ``MAX_BEHIND_SHARE``
+    of the run's wall time) makes the wall rates say nothing about the model: the
+    case runs again at twice the time scale, once.
+    """
     scale = time_scale_for(cap, al)
-    request_s = sum(output_tokens) / 2 * cap.tpot_seconds * scale
-    with serving_pod(spec, gpu, schedule, workdir, scale) as pod:
+    for attempt in (1, 2):
+        figures = _drive(spec, pool, cap, workdir, loop, scale)
+        figures["attempt"] = attempt
+        if host_kept_up(figures["hostBehindSeconds"], figures["wallSeconds"]):
+            break
+        scale *= 2
+    return figures
+
+
+def host_kept_up(behind_s: float | None, wall_s: float, share: float = MAX_BEHIND_SHARE) -> bool:
+    """Whether the pod kept pace: it lost at most ``share`` of the wall time (unknown: no)."""
+    return behind_s is not None and behind_s <= share * wall_s
+
+
+def _drive(
+    spec: SpeculativeDeploymentSpec,
+    pool: PoolCase,
+    cap: Capacity,
+    workdir: Path,
+    loop: Loop,
+    scale: float,
+) -> dict[str, Any]:
+    request_s = sum(loop.output_tokens) / 2 * cap.tpot_seconds * scale
+    started = time.perf_counter()
+    with serving_pod(spec, pool.gpu, pool.schedule, workdir, scale) as pod:
         scrapes, results = asyncio.run(
             closed_loop(
                 pod,
-                workload.value,
+                pool.workload.value,
                 cap.batch_size,
                 warmup_s=WARMUP_REQUEST_SHARE * request_s,
                 window_s=WINDOW_REQUEST_SHARE * request_s,
-                seed=seed,
-                output_tokens=output_tokens,
+                loop=loop,
             )
         )
         figures = measured_figures(scrapes, results, scale)
         final = _final_tokens(pod)
+    figures["wallSeconds"] = round(time.perf_counter() - started, 1)
     figures["hostBehindSeconds"] = pod.behind_seconds()
     modelled = pod.modelled_seconds()
     if modelled:
@@ -586,6 +653,17 @@ def run_case(
         # modelled time: what the pod did, whatever the host's pacing.
         figures["wholeRunTokensPerModelledSecond"] = round(final / modelled, 1)
     return figures
+
+
+@dataclass(frozen=True)
+class PoolCase:
+    """A pool on one GPU type serving one workload: what the predictions start from."""
+
+    gpu: str
+    workload: Workload
+    profile: ProfileSpec
+    per_position: tuple[float, ...]
+    schedule: list[tuple[int, int, int]]
 
 
 def _predicted(cap: Capacity) -> dict[str, Any]:
@@ -599,25 +677,87 @@ def _predicted(cap: Capacity) -> dict[str, Any]:
 
 
 def _diagnosis(
-    profile: ProfileSpec, cap: Capacity, al: float, row: Mapping[str, Any]
+    profile: ProfileSpec, cap: Capacity, al: float, measured: Mapping[str, Any], loop: Loop
 ) -> dict[str, Any]:
     """The prediction at the same batch and K with the measured prefill priced in, and
     at the loop's mean context (the profile's grid holds its own reference context)."""
-    rho = row["measured"]["promptTokensPerOutputToken"]
-    lengths = (int(row["outputTokens"][0]), int(row["outputTokens"][1]))
-    context = mean_decode_context(rho * sum(lengths) / 2, lengths)
-    grid = modelled_itl_grid(profile, context_per_sequence=context)
-    itl = float(grid[cap.batch_size, cap.k])
-    beta = cost_model(profile).beta_at(cap.batch_size)
-    rate = prefill_aware_rate(itl, beta, batch=cap.batch_size, al=al, prompt_per_output=rho)
-    got = row["measured"]["tokensPerSecond"]["mean"]
+    rho = measured["promptTokensPerOutputToken"]
+    context = mean_decode_context(rho * sum(loop.output_tokens) / 2, loop.output_tokens)
+    itl = float(modelled_itl_grid(profile, context_per_sequence=context)[cap.batch_size, cap.k])
+    model = cost_model(profile)
+    got = measured["tokensPerSecond"]["mean"]
+
+    def rate(prompt_per_output: float) -> float:
+        beta = model.beta_at(cap.batch_size)
+        return prefill_aware_rate(
+            itl, beta, batch=cap.batch_size, al=al, prompt_per_output=prompt_per_output
+        )
+
     return {
         "meanDecodeContext": round(context, 1),
-        "profileReferenceContext": round(cost_model(profile).reference_context, 1),
-        "promptTokensPerOutputToken": rho,
-        "prefillAwareTokensPerSecond": round(rate, 1),
-        "prefillAwareError": round(relative_error(rate, got), 4),
+        "profileReferenceContext": round(model.reference_context, 1),
+        "contextAwareTokensPerSecond": round(rate(0.0), 1),
+        "contextAwareError": round(relative_error(rate(0.0), got), 4),
+        "prefillAwareTokensPerSecond": round(rate(rho), 1),
+        "prefillAwareError": round(relative_error(rate(rho), got), 4),
     }
+
+
+def pool_cases(
+    spec: SpeculativeDeploymentSpec, gpu: str, workdir: Path, workloads: Sequence[Workload]
+) -> Iterator[PoolCase]:
+    """The pool's profile, and per workload the acceptance and schedule it serves with."""
+    profile = pool_profile(spec, gpu, workdir)
+    preset, _ = emulated_preset(spec.model.name, spec.speculation.method.value, gpu)
+    classes = class_models(preset)
+    max_k = profile.fingerprint.max_k
+    for workload in workloads:
+        if workload is Workload.CHAT:
+            rates = tuple(profile.acceptance.per_position)
+        else:  # the live acceptance: the emulated traffic class's own
+            rates = tuple(classes[workload].acceptance.nominal())[:max_k]
+        yield PoolCase(gpu, workload, profile, rates, [])
+
+
+def measure_pool(
+    spec: SpeculativeDeploymentSpec, case: PoolCase, workdir: Path, settings: Settings
+) -> Iterator[dict[str, Any]]:
+    """One row per TPOT target; a target whose operating point repeats an earlier one's
+    (a batch-limited pool) reuses that measurement."""
+    schedule, caps = predictions(
+        case.profile, case.workload, case.per_position, [t / 1000 for t in settings.targets_ms]
+    )
+    case = dataclasses.replace(case, schedule=schedule)
+    als = acceptance_lengths(case.per_position, case.profile.fingerprint.max_k)
+    done: dict[tuple[int, int], dict[str, Any]] = {}
+    for target, cap in zip(settings.targets_ms, caps, strict=True):
+        row: dict[str, Any] = {
+            "gpu": case.gpu,
+            "workload": case.workload.value,
+            "tpotTargetMs": target,
+            "schedule": [list(r) for r in schedule],
+            "acceptancePerPosition": [round(a, 4) for a in case.per_position],
+        }
+        if cap is not None:
+            point = (cap.batch_size, cap.k)
+            if point not in done:
+                measured = run_case(spec, case, cap, float(als[cap.k]), workdir, settings.loop)
+                done[point] = measured
+            else:
+                row["sameOperatingPointAs"] = "an earlier target (measured once)"
+            al = float(als[cap.k])
+            row["predicted"] = _predicted(cap)
+            row["measured"] = done[point]
+            got = done[point]["tokensPerSecond"]["mean"]
+            row["relativeError"] = round(relative_error(cap.tokens_per_second, got), 4)
+            row["diagnosis"] = _diagnosis(case.profile, cap, al, done[point], settings.loop)
+        print(json.dumps(_brief(row)), flush=True)
+        yield row
+
+
+def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("gpu", "workload", "tpotTargetMs", "predicted", "relativeError")
+    return {k: row.get(k) for k in keys}
 
 
 def _commit() -> str:
@@ -626,117 +766,71 @@ def _commit() -> str:
     return done.stdout.decode().strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def run(
-    targets_ms: Sequence[float],
-    seed: int,
-    gpus: Sequence[str] = (),
-    output_tokens: tuple[int, int] = OUTPUT_TOKENS,
-    workloads: Sequence[Workload] = WORKLOADS,
-) -> dict[str, Any]:
-    from specdeploy.runtime.goodput import acceptance_lengths
+def summary(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How many measured cases are within the target, and the largest error."""
+    errors = [abs(c["relativeError"]) for c in cases if "relativeError" in c]
+    return {
+        "measured": len(errors),
+        "within": sum(e <= TARGET_ERROR for e in errors),
+        "maxAbsError": round(max(errors), 4) if errors else None,
+        "target": TARGET_ERROR,
+    }
 
+
+def run(settings: Settings) -> dict[str, Any]:
     started = time.perf_counter()
     spec = example_spec()
-    gpus = list(gpus) or [p.gpu.product for p in parse_fleet(DEFAULT_SPEC)]
+    gpus = settings.gpus or tuple(p.gpu.product for p in parse_fleet(DEFAULT_SPEC))
     cases: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="capbench-") as tmp:
         workdir = Path(tmp)
         for gpu in gpus:
-            profile = pool_profile(spec, gpu, workdir)
-            preset, _ = emulated_preset(spec.model.name, spec.speculation.method.value, gpu)
-            classes = class_models(preset)
-            for workload in workloads:
-                rates = (
-                    tuple(profile.acceptance.per_position)
-                    if workload is Workload.CHAT
-                    else tuple(classes[workload].acceptance.nominal())[: profile.fingerprint.max_k]
-                )
-                schedule, _, caps = predictions(
-                    profile, workload, rates, [t / 1000 for t in targets_ms]
-                )
-                als = acceptance_lengths(rates, profile.fingerprint.max_k)
-                for target, cap in zip(targets_ms, caps, strict=True):
-                    row: dict[str, Any] = {
-                        "gpu": gpu,
-                        "workload": workload.value,
-                        "tpotTargetMs": target,
-                        "schedule": [list(r) for r in schedule],
-                        "acceptancePerPosition": [round(a, 4) for a in rates],
-                        "outputTokens": list(output_tokens),
-                    }
-                    if cap is not None:
-                        row["predicted"] = _predicted(cap)
-                        row["measured"] = run_case(
-                            spec,
-                            gpu,
-                            workload,
-                            schedule,
-                            cap,
-                            float(als[cap.k]),
-                            workdir,
-                            seed,
-                            output_tokens,
-                        )
-                        got = row["measured"]["tokensPerSecond"]["mean"]
-                        row["relativeError"] = round(relative_error(cap.tokens_per_second, got), 4)
-                        row["diagnosis"] = _diagnosis(profile, cap, float(als[cap.k]), row)
-                    print(
-                        json.dumps(
-                            {
-                                k: row.get(k)
-                                for k in (
-                                    "gpu",
-                                    "workload",
-                                    "tpotTargetMs",
-                                    "predicted",
-                                    "relativeError",
-                                )
-                            }
-                        ),
-                        flush=True,
-                    )  # noqa: E501
-                    cases.append(row)
-    errors = [abs(c["relativeError"]) for c in cases if "relativeError" in c]
+            for case in pool_cases(spec, gpu, workdir, settings.workloads):
+                cases.extend(measure_pool(spec, case, workdir, settings))
     return {
         "what": "replica_capacity predictions vs the emulated vLLM pod's throughput (MODELLED)",
         "commit": _commit(),
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} CPUs, "
         f"Python {platform.python_version()}",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "outputTokens": list(output_tokens),
+        "outputTokens": list(settings.loop.output_tokens),
+        "prompts": "one word each (diagnosis)" if settings.loop.prompt else "the loadgen's own",
         "cases": cases,
-        "summary": {
-            "measured": len(errors),
-            "within": sum(e <= TARGET_ERROR for e in errors),
-            "maxAbsError": round(max(errors), 4) if errors else None,
-            "target": TARGET_ERROR,
-        },
+        "summary": summary(cases),
         "wallSeconds": round(time.perf_counter() - started, 1),
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: Sequence[str] | None) -> tuple[Settings, Path]:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--tpot-ms", default=",".join(f"{t:g}" for t in TPOT_TARGETS_MS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpu", action="append", default=[], help="default: the local fleet's")
     p.add_argument("--workload", action="append", default=[], choices=[w.value for w in WORKLOADS])
-    p.add_argument("--one-word-prompts", action="store_true", help="diagnosis: ~no prefill")
+    p.add_argument("--one-word-prompts", action="store_true", help="diagnosis: (almost) no prefill")
     p.add_argument("--output-tokens", default=",".join(str(n) for n in OUTPUT_TOKENS))
     args = p.parse_args(argv)
-    targets = [float(t) for t in args.tpot_ms.split(",") if t.strip()]
-    global PROMPT_OVERRIDE
-    PROMPT_OVERRIDE = "hello" if args.one_word_prompts else None
     lo, hi = (int(n) for n in args.output_tokens.split(","))
-    chosen = [Workload(w) for w in args.workload] or list(WORKLOADS)
-    doc = run(targets, args.seed, args.gpu, (lo, hi), chosen)
-    doc["command"] = "python bench/autoscale_capacity.py " + " ".join(
-        argv if argv is not None else sys.argv[1:]
+    loop = Loop((lo, hi), "hello" if args.one_word_prompts else None, args.seed)
+    settings = Settings(
+        targets_ms=tuple(float(t) for t in args.tpot_ms.split(",") if t.strip()),
+        gpus=tuple(args.gpu),
+        workloads=tuple(Workload(w) for w in args.workload) or WORKLOADS,
+        loop=loop,
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "autoscale_capacity.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (args.out / "autoscale_capacity.md").write_text(markdown(doc))
+    return settings, args.out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    settings, out = parse_args(argv)
+    doc = run(settings)
+    shown = list(argv) if argv is not None else sys.argv[1:]
+    doc["command"] = " ".join(["python bench/autoscale_capacity.py", *shown])
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "autoscale_capacity" + ("_one_word_prompts" if settings.loop.prompt else "")
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown(doc))
     print(markdown(doc))
     return 0
 
