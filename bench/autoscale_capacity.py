@@ -90,7 +90,7 @@ WARMUP_REQUEST_SHARE = 0.2
 WINDOWS = 4
 WINDOW_REQUEST_SHARE = 0.2
 """Warm-up and each batch-mean window, as shares of a mean request's modelled duration."""
-MAX_WALL_CHUNKS_PER_S = 2000.0
+MAX_WALL_CHUNKS_PER_S = 3000.0
 """Stream chunks per wall second the host is asked for (one per request per step): the
 time scale is raised until the modelled load fits under it."""
 TARGET_ERROR = 0.10
@@ -267,10 +267,31 @@ def markdown(doc: Mapping[str, Any]) -> str:
             f"| {d['prefillAwareTokensPerSecond']:.0f} ({100 * d['prefillAwareError']:+.1f}%) |"
         )
     s = doc["summary"]
+    means = s.get("meanSignedError") or {}
     lines += [
         "",
+        f"Prompts: {doc.get('prompts', 'the loadgen own')}; output tokens per request "
+        f"uniform on {doc.get('outputTokens')}.",
+        "",
         f"{s['within']} of {s['measured']} measured cases within ±{100 * TARGET_ERROR:.0f}% "
-        f"(largest |error| {100 * s['maxAbsError']:.1f}%).",
+        f"(largest |error| {100 * s['maxAbsError']:.1f}%). Mean signed error: "
+        + ", ".join(f"{name} {100 * v:+.1f}%" for name, v in means.items())
+        + ".",
+        "",
+        "Reading it: error = predicted / measured - 1 (positive: the model promises "
+        "more than the pod delivers). `replica_capacity` prices pure decode steps at "
+        "the profile's reference context (the profile's cells are pure decode steps). "
+        "The pod in a closed loop also prefills the prompt of every request that "
+        "replaces a finished one inside its decode steps (prompt/output tokens), and "
+        "its sequences read a longer context than the profile's cells (the loop's "
+        "mean decode context vs the profile's reference, in the JSON). The two "
+        "diagnosis columns reprice the same batch and K at the loop's mean context, "
+        "and then also each prompt token like one verified token (the profile's "
+        "per-verified-token slope, which also carries the drafter's per-token cost, "
+        "so it overprices prefill): the first leaves prefill out, the second "
+        "overprices it, so the measured figure should lie between the two. "
+        "`autoscale_capacity_one_word_prompts.md` (`--one-word-prompts`) is the same "
+        "run with almost no prefill.",
         "",
         "What this checks: the capacity arithmetic, the profile's cost-model fit and "
         "acceptance estimate, and the pod's batching, acceptance sampling, prefill "
@@ -768,12 +789,29 @@ def _commit() -> str:
 
 def summary(cases: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """How many measured cases are within the target, and the largest error."""
-    errors = [abs(c["relativeError"]) for c in cases if "relativeError" in c]
+    measured = [c for c in cases if "relativeError" in c]
+    errors = [abs(c["relativeError"]) for c in measured]
     return {
         "measured": len(errors),
         "within": sum(e <= TARGET_ERROR for e in errors),
         "maxAbsError": round(max(errors), 4) if errors else None,
         "target": TARGET_ERROR,
+        "meanSignedError": mean_signed_errors(measured),
+    }
+
+
+def mean_signed_errors(measured: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The mean signed error of the prediction and of the two diagnosis repricings."""
+    if not measured:
+        return {}
+    picks = {
+        "replica_capacity": lambda c: c["relativeError"],
+        "at loop context": lambda c: c["diagnosis"]["contextAwareError"],
+        "and prefill priced": lambda c: c["diagnosis"]["prefillAwareError"],
+    }
+    return {
+        name: round(sum(pick(c) for c in measured) / len(measured), 4)
+        for name, pick in picks.items()
     }
 
 

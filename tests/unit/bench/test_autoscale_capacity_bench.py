@@ -150,7 +150,15 @@ def _row(error: float | None) -> dict[str, object]:
 
 def test_summary_counts_cases_within_the_target() -> None:
     got = summary([_row(0.05), _row(-0.12), _row(None), _row(0.10)])
-    assert got == {"measured": 3, "within": 2, "maxAbsError": 0.12, "target": 0.10}
+    assert {k: got[k] for k in ("measured", "within", "maxAbsError", "target")} == {
+        "measured": 3,
+        "within": 2,
+        "maxAbsError": 0.12,
+        "target": 0.10,
+    }
+    assert got["meanSignedError"] == pytest.approx(
+        {"replica_capacity": 0.01, "at loop context": 0.05, "and prefill priced": -0.01}
+    )
 
 
 def test_markdown_has_a_row_per_case_and_says_modelled() -> None:
@@ -169,6 +177,7 @@ def test_markdown_has_a_row_per_case_and_says_modelled() -> None:
     assert "| 0.100 | 1050 (+5.0%) | 990 (-1.0%) |" in text
     assert "no batch meets the target" in text
     assert "1 of 1 measured cases within ±10%" in text
+    assert "replica_capacity +10.0%, at loop context +5.0%, and prefill priced -1.0%" in text
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +190,7 @@ def test_chat_predictions_use_the_profiles_schedule(profile: ProfileSpec) -> Non
     schedule, caps = predictions(
         profile, Workload.CHAT, profile.acceptance.per_position, [0.005, 1.0]
     )
+    assert profile.schedule is not None
     assert schedule == [tuple(r) for r in profile.schedule]
     tight, loose = caps
     assert tight is not None and loose is not None
