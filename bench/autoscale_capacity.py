@@ -783,7 +783,9 @@ def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def _commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True)
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True
+    )
     return done.stdout.decode().strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
