@@ -31,6 +31,8 @@ figures times the server's time scale (chosen per case so the host keeps up),
 and the server's own "host behind" figure is recorded. Usage::
 
     nice .venv/bin/python bench/autoscale_capacity.py [--out bench/results] [--tpot-ms 12,24]
+    nice .venv/bin/python bench/autoscale_capacity.py --one-word-prompts   # the diagnosis
+    .venv/bin/python bench/autoscale_capacity.py --render bench/results/autoscale_capacity.json
 """
 
 from __future__ import annotations
@@ -280,18 +282,18 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "",
         "Reading it: error = predicted / measured - 1 (positive: the model promises "
         "more than the pod delivers). `replica_capacity` prices pure decode steps at "
-        "the profile's reference context (the profile's cells are pure decode steps). "
-        "The pod in a closed loop also prefills the prompt of every request that "
-        "replaces a finished one inside its decode steps (prompt/output tokens), and "
-        "its sequences read a longer context than the profile's cells (the loop's "
-        "mean decode context vs the profile's reference, in the JSON). The two "
-        "diagnosis columns reprice the same batch and K at the loop's mean context, "
-        "and then also each prompt token like one verified token (the profile's "
-        "per-verified-token slope, which also carries the drafter's per-token cost, "
-        "so it overprices prefill): the first leaves prefill out, the second "
-        "overprices it, so the measured figure should lie between the two. "
-        "`autoscale_capacity_one_word_prompts.md` (`--one-word-prompts`) is the same "
-        "run with almost no prefill.",
+        "the profile's reference context (its cells are pure decode steps). A pod in "
+        "a closed loop also prefills, inside its decode steps, the prompt of every "
+        "request that replaces a finished one (prompt/output tokens), and the "
+        "prompts lengthen the context its sequences read (the loop's mean decode "
+        "context and the profile's reference are in the JSON). Compare this run "
+        "with `autoscale_capacity_one_word_prompts.md` (`--one-word-prompts`: the "
+        "same loop with one-word prompts): the difference is what the prompts cost. "
+        "The two right-hand columns are rough repricings of the same batch and K, "
+        "not the operator's model: at the loop's mean context (the profile's "
+        "context slope), and then with each prompt token priced like one verified "
+        "token (the profile's per-verified-token slope, which also carries the "
+        "drafter's per-token cost, so it overprices prefill).",
         "",
         "What this checks: the capacity arithmetic, the profile's cost-model fit and "
         "acceptance estimate, and the pod's batching, acceptance sampling, prefill "
@@ -806,14 +808,21 @@ def mean_signed_errors(measured: Sequence[Mapping[str, Any]]) -> dict[str, float
     """The mean signed error of the prediction and of the two diagnosis repricings."""
     if not measured:
         return {}
-    picks = {
-        "replica_capacity": lambda c: c["relativeError"],
-        "at loop context": lambda c: c["diagnosis"]["contextAwareError"],
-        "and prefill priced": lambda c: c["diagnosis"]["prefillAwareError"],
+    picks: dict[str, tuple[str, ...]] = {
+        "replica_capacity": ("relativeError",),
+        "at loop context": ("diagnosis", "contextAwareError"),
+        "and prefill priced": ("diagnosis", "prefillAwareError"),
     }
+
+    def pick(case: Mapping[str, Any], path: tuple[str, ...]) -> float:
+        value: Any = case
+        for key in path:
+            value = value[key]
+        return float(value)
+
     return {
-        name: round(sum(pick(c) for c in measured) / len(measured), 4)
-        for name, pick in picks.items()
+        name: round(sum(pick(c, path) for c in measured) / len(measured), 4)
+        for name, path in picks.items()
     }
 
 
@@ -862,11 +871,22 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     return settings, args.out
 
 
+def render(path: Path) -> None:
+    """Rewrite the table beside a recorded JSON (no new measurement)."""
+    doc = json.loads(path.read_text())
+    path.with_suffix(".md").write_text(markdown(doc))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--render"]:
+        for name in argv[1:]:
+            render(Path(name))
+        return 0
     settings, out = parse_args(argv)
     doc = run(settings)
-    shown = list(argv) if argv is not None else sys.argv[1:]
-    doc["command"] = " ".join(["python bench/autoscale_capacity.py", *shown])
+    doc["command"] = " ".join(["python bench/autoscale_capacity.py", *argv])
     out.mkdir(parents=True, exist_ok=True)
     stem = "autoscale_capacity" + ("_one_word_prompts" if settings.loop.prompt else "")
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")

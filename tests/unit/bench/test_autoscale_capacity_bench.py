@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from bench.autoscale_capacity import (
     predictions,
     prefill_aware_rate,
     relative_error,
+    render,
     summary,
     time_scale_for,
     tpot_window_means,
@@ -178,6 +181,15 @@ def test_markdown_has_a_row_per_case_and_says_modelled() -> None:
     assert "no batch meets the target" in text
     assert "1 of 1 measured cases within ±10%" in text
     assert "replica_capacity +10.0%, at loop context +5.0%, and prefill priced -1.0%" in text
+
+
+def test_render_rewrites_the_table_beside_a_recorded_run(tmp_path: Path) -> None:
+    cases = [_row(0.1)]
+    doc = {"command": "c", "commit": "abc", "machine": "m", "wallSeconds": 1.0}
+    recorded = tmp_path / "autoscale_capacity.json"
+    recorded.write_text(json.dumps({**doc, "cases": cases, "summary": summary(cases)}))
+    render(recorded)
+    assert "| 1100 | 1000 ± 20 | +10.0% |" in (tmp_path / "autoscale_capacity.md").read_text()
 
 
 @pytest.fixture(scope="module")
