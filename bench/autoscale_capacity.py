@@ -871,6 +871,16 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, Path]:
     return settings, args.out
 
 
+def result_stem(loop: Loop) -> str:
+    """The results' file name: the default loop's, or one that says how it differs."""
+    stem = "autoscale_capacity"
+    if loop.prompt is not None:
+        stem += "_one_word_prompts"
+    if loop.output_tokens != OUTPUT_TOKENS:
+        stem += "_outputs_{}_{}".format(*loop.output_tokens)
+    return stem
+
+
 def render(path: Path) -> None:
     """Rewrite the table beside a recorded JSON (no new measurement)."""
     doc = json.loads(path.read_text())
@@ -888,7 +898,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = run(settings)
     doc["command"] = " ".join(["python bench/autoscale_capacity.py", *argv])
     out.mkdir(parents=True, exist_ok=True)
-    stem = "autoscale_capacity" + ("_one_word_prompts" if settings.loop.prompt else "")
+    stem = result_stem(settings.loop)
     (out / f"{stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / f"{stem}.md").write_text(markdown(doc))
     print(markdown(doc))

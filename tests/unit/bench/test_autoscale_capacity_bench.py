@@ -11,6 +11,7 @@ import pytest
 # bench/ is scripts beside the package; the checkout's root is on pytest's path.
 from bench.autoscale_capacity import (
     Interval,
+    Loop,
     first_request_tokens,
     host_kept_up,
     interval,
@@ -21,6 +22,7 @@ from bench.autoscale_capacity import (
     prefill_aware_rate,
     relative_error,
     render,
+    result_stem,
     summary,
     time_scale_for,
     tpot_window_means,
@@ -190,6 +192,12 @@ def test_render_rewrites_the_table_beside_a_recorded_run(tmp_path: Path) -> None
     recorded.write_text(json.dumps({**doc, "cases": cases, "summary": summary(cases)}))
     render(recorded)
     assert "| 1100 | 1000 ± 20 | +10.0% |" in (tmp_path / "autoscale_capacity.md").read_text()
+
+
+def test_result_stem_names_how_a_run_differs_from_the_default() -> None:
+    assert result_stem(Loop()) == "autoscale_capacity"
+    assert result_stem(Loop(prompt="hi")) == "autoscale_capacity_one_word_prompts"
+    assert result_stem(Loop((10, 20))) == "autoscale_capacity_outputs_10_20"
 
 
 @pytest.fixture(scope="module")
