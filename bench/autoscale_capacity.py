@@ -155,14 +155,16 @@ def time_scale_for(
     return max(1.0, chunks / max_chunks)
 
 
-def first_request_tokens(rng: random.Random, output_tokens: tuple[int, int]) -> int:
-    """A worker's first request: the remaining length of a request caught in progress.
+def first_request_split(rng: random.Random, output_tokens: tuple[int, int]) -> tuple[int, int]:
+    """A worker's first request as one caught in progress: (tokens left, tokens done).
 
     The closed loop starts all workers at once; requests of full length would
-    finish in one wave half a request later. Starting each worker with the
-    residual of a length drawn length-biased from ``output_tokens`` (a request
-    met at a random time is a long one, at a uniform point of its length) gives
-    the steady state's spread of finishes from the first step on.
+    finish in one wave, and fresh ones would read a shorter context than the
+    steady state's. A request met at a random time is drawn length-biased from
+    ``output_tokens`` and is at a uniform point of its length: the worker's
+    first request generates what is left, and carries what was done as extra
+    prompt (prefilled in the warm-up), so finishes and contexts are those of
+    the steady state from the first window on.
     """
     lo, hi = output_tokens
     if not 1 <= lo <= hi:
@@ -170,7 +172,8 @@ def first_request_tokens(rng: random.Random, output_tokens: tuple[int, int]) -> 
     while True:  # length-biased: accept n with probability n / hi
         n = rng.randint(lo, hi)
         if rng.random() * hi < n:
-            return max(1, round(rng.random() * n))
+            left = max(1, round(rng.random() * n))
+            return left, n - left
 
 
 def mean_decode_context(prompt_tokens: float, output_tokens: tuple[int, int]) -> float:
@@ -522,13 +525,15 @@ async def closed_loop(
         async def send(req: RequestSpec) -> Any:
             nonlocal sent
             sent += 1
-            first = sent <= batch
-            tokens = (
-                first_request_tokens(rng, output_tokens) if first else rng.randint(*output_tokens)
-            )
+            tokens, done = rng.randint(*output_tokens), 0
+            if sent <= batch:
+                tokens, done = first_request_split(rng, output_tokens)
             body = {**req.body, "max_tokens": tokens}
+            prompt = str(req.body["messages"][0]["content"])
             if loop.prompt is not None:  # diagnosis only: how much prefill costs
-                body["messages"] = [{"role": "user", "content": loop.prompt}]
+                prompt = loop.prompt
+            # One word is one token to the emulated server (e2e/emulated/text.py).
+            body["messages"] = [{"role": "user", "content": prompt + " so" * done}]
             varied = dataclasses.replace(req, body=body)
             return await client.stream_request(
                 session, varied, timeout_s=config.timeout_s, clock=time.perf_counter

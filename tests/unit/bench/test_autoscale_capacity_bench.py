@@ -12,7 +12,7 @@ import pytest
 from bench.autoscale_capacity import (
     Interval,
     Loop,
-    first_request_tokens,
+    first_request_split,
     host_kept_up,
     interval,
     k_shares,
@@ -79,18 +79,21 @@ def test_time_scale_keeps_the_stream_rate_under_the_bound() -> None:
     assert time_scale_for(_cap(4, 0.010), 2.0, max_chunks=2500.0) == 1.0
 
 
-def test_first_requests_are_residuals_of_length_biased_requests() -> None:
+def test_first_requests_are_length_biased_requests_caught_at_a_uniform_point() -> None:
     rng = random.Random(7)
     lo, hi = 256, 768
-    draws = [first_request_tokens(rng, (lo, hi)) for _ in range(20_000)]
-    assert min(draws) >= 1 and max(draws) <= hi
-    # The residual of a length-biased request averages E[n^2] / (2 E[n]).
-    assert sum(draws) / len(draws) == pytest.approx(mean_decode_context(0, (lo, hi)), rel=0.02)
+    draws = [first_request_split(rng, (lo, hi)) for _ in range(20_000)]
+    assert all(left >= 1 and done >= 0 and lo <= left + done <= hi for left, done in draws)
+    # Both halves of a length-biased request average E[n^2] / (2 E[n]), the steady
+    # state's mean decode context (without the prompt).
+    steady = mean_decode_context(0, (lo, hi))
+    assert sum(left for left, _ in draws) / len(draws) == pytest.approx(steady, rel=0.02)
+    assert sum(done for _, done in draws) / len(draws) == pytest.approx(steady, rel=0.02)
 
 
-def test_first_request_tokens_refuses_an_empty_range() -> None:
+def test_first_request_split_refuses_an_empty_range() -> None:
     with pytest.raises(ValueError):
-        first_request_tokens(random.Random(0), (10, 5))
+        first_request_split(random.Random(0), (10, 5))
 
 
 def test_mean_decode_context_by_hand() -> None:
