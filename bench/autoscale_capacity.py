@@ -292,11 +292,11 @@ def markdown(doc: Mapping[str, Any]) -> str:
         "context and the profile's reference are in the JSON). Compare this run "
         "with `autoscale_capacity_one_word_prompts.md` (`--one-word-prompts`: the "
         "same loop with one-word prompts): the difference is what the prompts cost. "
-        "The two right-hand columns are rough repricings of the same batch and K, "
-        "not the operator's model: at the loop's mean context (the profile's "
-        "context slope), and then with each prompt token priced like one verified "
-        "token (the profile's per-verified-token slope, which also carries the "
-        "drafter's per-token cost, so it overprices prefill).",
+        "The two right-hand columns reprice the same batch and K with the "
+        "profile's own cost model, as a diagnosis (not the operator's model): at "
+        "the loop's mean decode context (the profile's context slope), and then "
+        "also with each prompt token priced like one verified token (the profile's "
+        "per-verified-token slope at that batch size).",
         "",
         "What this checks: the capacity arithmetic, the profile's cost-model fit and "
         "acceptance estimate, and the pod's batching, acceptance sampling, prefill "
