@@ -79,7 +79,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/profiler_search.py
 
 # The capacity model against the emulated vLLM pod's measured throughput (issue 17),
-# recorded in bench/results/autoscale_capacity.{json,md}; about 4 min on 2 cores, niced.
+# recorded in bench/results/autoscale_capacity.{json,md}; about 5 min on 2 cores, niced.
 # Not part of `make bench`: its wall-clock rates want a machine that is not saturated.
 .PHONY: bench-capacity
 bench-capacity: $(STAMP)
