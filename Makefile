@@ -78,6 +78,13 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_hot_path.py
 	$(BIN)/python bench/profiler_search.py
 
+# The capacity model against the emulated vLLM pod's measured throughput (issue 17),
+# recorded in bench/results/autoscale_capacity.{json,md}; about 5 min on 2 cores, niced.
+# Not part of `make bench`: its wall-clock rates want a machine that is not saturated.
+.PHONY: bench-capacity
+bench-capacity: $(STAMP)
+	nice $(BIN)/python bench/autoscale_capacity.py --out bench/results
+
 # The chaos matrix (e2e/chaos, review §5.3) on a cluster of its own: every scenario, judged
 # by the invariants I1-I7, recorded in bench/results/chaos.{json,md}. About 30-60 min on
 # 2 cores; STEADY= shortens the steady-state window (I5, default 120 s).
