@@ -92,7 +92,13 @@ def run_mode(running: cluster.Cluster, api: KubeApi, mode: str, out: Path, png: 
     return {
         "mode": mode,
         "tpot_target_ms": ramp.tpot_target_ms,
-        "capacity_tokens_per_s": max((r.get("capacity") or 0) for r in ramp.rows),
+        # one replica's capacity at the sized target while the load ran (modelled pods)
+        "capacity_tokens_per_s": sorted(
+            {r["capacity"] for r in ramp.rows if r["t"] >= ramp.load_started and r.get("capacity")}
+        ),
+        "peak_demand_tokens_per_s": max(
+            (r.get("demand") or 0 for r in ramp.rows if r["t"] >= ramp.load_started), default=0
+        ),
         "requests": ramp.requests,
         "wall_s": round(time.monotonic() - started, 1),
         "png": str(png.relative_to(repo_root())) if png.is_relative_to(repo_root()) else str(png),
