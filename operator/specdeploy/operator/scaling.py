@@ -7,9 +7,7 @@ must not know how the count came about, and the three ways of applying it
 * capacity (``capacity_of``): one replica's output tokens/s at the largest
   batch that keeps the TPOT target, from the profile's cost model, the live
   acceptance (the pool's recorded view, when there is one) and the schedule
-  in force, priced at the traffic's own context and with its prefill
-  (``serving_of``: prompt and output tokens per request of the window);
-  plain decoding's step times for a pool that fell back to it.
+  in force; plain decoding's step times for a pool that fell back to it.
   Policies ``off`` and ``fixed`` have no profile, so no capacity: their
   count is held, and the status says so;
 * the recommendation (``autoscale.recommend``): demand over capacity less
@@ -47,14 +45,9 @@ from specdeploy.operator.api import (
 from specdeploy.operator.autoscale import Bounds, Demand, ScaleState, Why, recommend, stabilize
 from specdeploy.operator.pools import Pool
 from specdeploy.operator.telemetry.window import PoolWindow
-from specdeploy.runtime.capacity import (
-    Capacity,
-    plain_decoding_grid,
-    replica_capacity,
-    serving_goodput_grid,
-)
+from specdeploy.runtime.capacity import Capacity, plain_decoding_grid, replica_capacity
 from specdeploy.runtime.profile import ProfileSpec
-from specdeploy.runtime.rederive import grid_rows
+from specdeploy.runtime.rederive import grid_rows, live_goodput_grid
 from specdeploy.runtime.schedule import Range, cost_model
 
 _LIMITS = {
@@ -77,49 +70,20 @@ class PoolScale:
     """The stabiliser's state to keep for the next interval (``operator`` mode)."""
 
 
-@dataclass(frozen=True)
-class Serving:
-    """What the pool's traffic does to its step times: the context read, the prefill done."""
-
-    context_per_sequence: float | None = None
-    """Mean context a decoding sequence reads (None: the profile's reference)."""
-    prompt_per_output: float = 0.0
-    """Prompt tokens prefilled per output token (replacement requests' prompts)."""
-
-
-def serving_of(window: PoolWindow | None) -> Serving:
-    """From one window: prompt and output tokens per request give both figures."""
-    if window is None:
-        return Serving()
-    generated, prompts = window.generation_tokens_per_second, window.prompt_tokens_per_second
-    requests = window.requests_per_second
-    if not generated or prompts is None or not requests:
-        return Serving()
-    per_prompt, per_output = prompts / requests, generated / requests
-    # a step meets a request at a uniform point of its output: prompt + half the output
-    return Serving(per_prompt + per_output / 2, prompts / generated)
-
-
 def capacity_of(
     profile: ProfileSpec | None,
     schedule: tuple[Range, ...] | None,
     live: PoolLive | None,
     *,
     tpot_target_s: float,
-    serving: Serving = Serving(),
 ) -> Capacity | None:
     """One replica's capacity at the target, or None (no profile, or no batch meets it)."""
     if profile is None:
         return None
     rows = grid_rows(profile)
-    model = cost_model(profile)
     if schedule is None:  # plain decoding: the profile's baseline step times
-        context = serving.context_per_sequence or model.reference_context
-        itl: list[float | None] = [None]
-        for bs in range(1, rows):
-            base = model.vanilla_itl_ms(bs, context)
-            prefill = model.beta_at(bs) * bs * serving.prompt_per_output
-            itl.append(None if base is None else base + prefill)
+        model = cost_model(profile)
+        itl = [None] + [model.vanilla_itl_ms(bs, model.reference_context) for bs in range(1, rows)]
         return replica_capacity(
             plain_decoding_grid(itl), ((1, rows, 0),), tpot_target_s=tpot_target_s
         )
@@ -129,13 +93,7 @@ def capacity_of(
         per_position = live.per_position
         if live.cost_ratio is not None and live.cost_ratio > 0:
             scale = np.full(rows, float(live.cost_ratio))
-    grid = serving_goodput_grid(
-        profile,
-        per_position,
-        itl_scale=scale,
-        context_per_sequence=serving.context_per_sequence,
-        prompt_per_output=serving.prompt_per_output,
-    )
+    grid = live_goodput_grid(profile, per_position, scale)
     return replica_capacity(grid, schedule, tpot_target_s=tpot_target_s)
 
 
@@ -192,13 +150,7 @@ def pool_scale(
     running = min(max(current if current is not None else bounds.min, bounds.min), bounds.max)
     held = running if spec.mode is AutoscalingMode.OPERATOR else None
     assert spec.tpot_target_ms is not None  # validation requires it outside mode none
-    capacity = capacity_of(
-        profile,
-        schedule,
-        live,
-        tpot_target_s=spec.tpot_target_ms / 1000.0,
-        serving=serving_of(window),
-    )
+    capacity = capacity_of(profile, schedule, live, tpot_target_s=spec.tpot_target_ms / 1000.0)
     demand = None if window is None else demand_of(window)
     if demand is None:
         if previous is not None and previous.scaler is spec.mode:
@@ -258,12 +210,4 @@ def _capacity_fields(capacity: Capacity | None) -> dict[str, Any]:
     }
 
 
-__all__ = [
-    "PoolScale",
-    "Serving",
-    "capacity_of",
-    "current_replicas",
-    "demand_of",
-    "pool_scale",
-    "serving_of",
-]
+__all__ = ["PoolScale", "capacity_of", "current_replicas", "demand_of", "pool_scale"]

@@ -21,7 +21,7 @@ batch sizes the profile measured up to its largest: capacity beyond it is
 not extrapolated, and the result says when that bound, not the latency
 target, is what limits it.
 
-Pure (numpy and the profile's cost model).
+Pure (numpy only).
 """
 
 from __future__ import annotations
@@ -32,10 +32,8 @@ from enum import StrEnum
 
 import numpy as np
 
-from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
-from specdeploy.runtime.profile import ProfileSpec
+from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.rederive import k_at
-from specdeploy.runtime.schedule import cost_model, modelled_itl_grid
 
 
 class Limit(StrEnum):
@@ -98,42 +96,6 @@ def replica_capacity(
     return replace(best, limited_by=Limit.LATENCY)
 
 
-def serving_goodput_grid(
-    spec: ProfileSpec,
-    per_position: Sequence[float],
-    *,
-    itl_scale: FloatArray | None = None,
-    context_per_sequence: float | None = None,
-    prompt_per_output: float = 0.0,
-) -> FloatArray:
-    """Goodput [batch size, K] of a serving pod, not of the profile's pure decode steps.
-
-    Two things a closed loop of requests adds to the profile's cells, each
-    priced with the profile's own cost model (without them the capacity was
-    over-predicted by up to 22% against the emulated pod, mean 11%:
-    ``bench/results/autoscale_capacity.md``):
-
-    * the context its sequences read (``context_per_sequence``, the live mean:
-      prompt plus half the output) instead of the profile's reference context;
-    * the prompts of the requests that replace finished ones, prefilled inside
-      the decode steps: ``prompt_per_output`` prompt tokens per output token,
-      each priced like a verified token (the cost model's beta at that batch).
-
-    ``itl_scale[bs]`` multiplies the step times (the live cost correction).
-    """
-    itl_ms = modelled_itl_grid(spec, context_per_sequence=context_per_sequence)
-    if itl_scale is not None:
-        itl_ms = itl_ms * itl_scale[:, np.newaxis]
-    lengths = acceptance_lengths(per_position, spec.fingerprint.max_k)
-    if prompt_per_output > 0:
-        model = cost_model(spec)
-        sizes = np.arange(itl_ms.shape[0], dtype=np.float64)
-        beta = np.array([model.beta_at(max(b, 1.0)) for b in sizes])
-        itl_ms = itl_ms + (beta * sizes)[:, np.newaxis] * lengths[np.newaxis, :] * prompt_per_output
-    result: FloatArray = lengths[np.newaxis, :] / (itl_ms / 1000.0)
-    return result
-
-
 def plain_decoding_grid(vanilla_itl_ms: Sequence[float | None]) -> FloatArray:
     """A one-column goodput grid (K = 0 only) from plain decoding's step time per batch size.
 
@@ -150,10 +112,4 @@ def plain_decoding_grid(vanilla_itl_ms: Sequence[float | None]) -> FloatArray:
     return result
 
 
-__all__ = [
-    "Capacity",
-    "Limit",
-    "plain_decoding_grid",
-    "replica_capacity",
-    "serving_goodput_grid",
-]
+__all__ = ["Capacity", "Limit", "plain_decoding_grid", "replica_capacity"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import numpy as np
 import pytest
 
 from specdeploy.operator.api import (
@@ -21,11 +20,10 @@ from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC, wanted_r
 from specdeploy.operator.discovery import GpuNodes
 from specdeploy.operator.metrics import pool_scaling
 from specdeploy.operator.pools import Pool
-from specdeploy.operator.scaling import Serving, capacity_of, demand_of, pool_scale, serving_of
+from specdeploy.operator.scaling import capacity_of, demand_of, pool_scale
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.operator.validation import validate
-from specdeploy.runtime.capacity import Capacity, serving_goodput_grid
-from specdeploy.runtime.rederive import live_goodput_grid
+from specdeploy.runtime.capacity import Capacity
 from specdeploy.runtime.schedule import derive_schedule
 from tests.unit.operator.telemetry.fakes import H100, PROFILE_RATES, body, profile_spec, window
 
@@ -224,29 +222,3 @@ def test_validation_wants_a_latency_target_and_an_hpa_minimum_of_one() -> None:
     assert [p.reason for p in zero.problems] == ["AutoscalingHpaBelowOne"]
     fine = {**spec, "autoscaling": {"mode": "keda", "tpotTargetMs": 20}}
     assert isinstance(validate(fine).spec, SpeculativeDeploymentSpec)
-
-
-def test_the_serving_grid_with_the_profiles_context_and_no_prefill_is_the_live_grid() -> None:
-    same = serving_goodput_grid(PROFILE, PROFILE_RATES)
-    np.testing.assert_allclose(same, live_goodput_grid(PROFILE, PROFILE_RATES), equal_nan=True)
-
-
-def test_prefill_inside_the_decode_steps_costs_capacity() -> None:
-    # (The context's price is the cost model's gamma, tested with modelled_itl_grid.)
-    prefilling = Serving(prompt_per_output=0.2)
-    target = TARGET_MS / 1000
-    priced = capacity_of(PROFILE, SCHEDULE, None, tpot_target_s=target, serving=prefilling)
-    assert priced is not None and priced.tokens_per_second < 0.95 * CAPACITY.tokens_per_second
-
-
-def test_the_serving_figures_come_from_tokens_per_request() -> None:
-    # 10 requests/s of 300 prompt and 100 output tokens: context 300 + 100/2, 3 prompt per output.
-    w = dataclasses.replace(
-        window(),
-        requests_per_second=10.0,
-        prompt_tokens_per_second=3000.0,
-        generation_tokens_per_second=1000.0,
-    )
-    assert serving_of(w) == Serving(350.0, 3.0)
-    assert serving_of(None) == Serving()
-    assert serving_of(dataclasses.replace(w, prompt_tokens_per_second=None)) == Serving()

@@ -30,7 +30,7 @@ REACHED, PROPOSED, ACCEPTED = "reached", "proposed", "accepted"
 VERIFIED, SEQUENCE_STEPS = "verified", "sequence_steps"
 STEP_SECONDS, STEP_COUNT, STEPS_BY_K = "step_seconds", "step_count", "steps_by_k"
 REQUESTS, FRESHNESS = "requests", "freshness"
-GENERATION, WAITING, PROMPT = "generation", "waiting", "prompt"
+GENERATION, WAITING = "generation", "waiting"
 
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
     (REACHED, "specdeploy_draft_positions_reached_total", "position"),
@@ -87,7 +87,6 @@ def build_queries(targets: Sequence[Target], window_seconds: float) -> list[Quer
         Query(GENERATION, f"sum by ({BY}) (rate(vllm:generation_tokens_total{sel}[{window}]))")
     )
     queries.append(Query(WAITING, f"sum by ({BY}) (vllm:num_requests_waiting{sel})"))
-    queries.append(Query(PROMPT, f"sum by ({BY}) (rate(vllm:prompt_tokens_total{sel}[{window}]))"))
     # The newest sample's time per pool: the freshness test (value: a Unix time).
     queries.append(
         Query(FRESHNESS, f"max by ({BY}) (timestamp(specdeploy_decode_sequence_steps_total{sel}))")
@@ -172,7 +171,6 @@ def windows_from(
         newest = max(s.value for s in samples)
         evaluated = max(s.time for s in samples)
         requests, generation, waiting = of(REQUESTS), of(GENERATION), of(WAITING)
-        prompt = of(PROMPT)
         windows[key] = PoolWindow(
             window_seconds=window_seconds,
             reached=_positions(of(REACHED), max_positions),
@@ -185,7 +183,6 @@ def windows_from(
             requests_per_second=_total(requests) if requests else None,
             generation_tokens_per_second=_total(generation) if generation else None,
             waiting_requests=_total(waiting) if waiting else None,
-            prompt_tokens_per_second=_total(prompt) if prompt else None,
             age_seconds=max(evaluated - newest, 0.0),
         )
     return windows

@@ -45,9 +45,6 @@ class PoolWindow:
     requests_per_second: float | None = None
     generation_tokens_per_second: float | None = None
     """vLLM's output tokens/s over the window, summed over the pool's pods (its served demand)."""
-    prompt_tokens_per_second: float | None = None
-    """vLLM's prefilled prompt tokens/s over the window (the serving context's and prefill's
-    share of the step time, for the capacity model)."""
     waiting_requests: float | None = None
     """Requests queued for a batch slot now, summed over the pods (demand not yet served)."""
     age_seconds: float | None = None

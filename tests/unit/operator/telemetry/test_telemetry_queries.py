@@ -27,7 +27,7 @@ ONE = [Target("inference", "llama-8b-chat")]
 def test_one_query_per_family_grouped_by_pool_not_per_pool_or_position() -> None:
     queries = build_queries(ONE, 60)
     names = [q.name for q in queries]
-    assert len(names) == len(set(names)) == 13
+    assert len(names) == len(set(names)) == 12
     for q in queries:
         assert "specdeploy_pool" in q.promql
         assert q.promql.startswith(
