@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
-.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale \
+.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale bench-capacity \
 	crds cluster-up cluster-down clean fuzz chaos
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
@@ -81,7 +81,6 @@ bench: $(STAMP)
 # The capacity model against the emulated vLLM pod's measured throughput (issue 17),
 # recorded in bench/results/autoscale_capacity.{json,md}; about 5 min on 2 cores, niced.
 # Not part of `make bench`: its wall-clock rates want a machine that is not saturated.
-.PHONY: bench-capacity
 bench-capacity: $(STAMP)
 	nice $(BIN)/python bench/autoscale_capacity.py --out bench/results
 
