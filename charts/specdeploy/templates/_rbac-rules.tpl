@@ -118,7 +118,6 @@
   verbs:
   - get
   - list
-  - watch
   - create
   - patch
   - delete
@@ -129,7 +128,6 @@
   verbs:
   - get
   - list
-  - watch
   - create
   - patch
   - delete
@@ -294,7 +292,6 @@
   verbs:
   - get
   - list
-  - watch
   - create
   - patch
   - delete
@@ -305,7 +302,6 @@
   verbs:
   - get
   - list
-  - watch
   - create
   - patch
   - delete

@@ -24,9 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from e2e.autoscale.ramp import DOWN_WINDOW_S, HEAVY_S, MAX_REPLICAS, run_ramp
+from e2e.autoscale.ramp import DOWN_WINDOW_S, HEAVY_S, MAX_REPLICAS, NAME, run_ramp
 from e2e.localcluster import cluster
 from e2e.localcluster.kubeapi import KubeApi
+from e2e.localcluster.waiting import wait_for
+from e2e.tests.chart.test_chart_dry_run import THIRD_PARTY, apply_crds
+from specdeploy.runtime.kube import paths
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +66,32 @@ def test_a_load_ramp_grows_the_pool_within_max_and_it_shrinks_after_the_window(
     }
     print(f"autoscaling e2e ({mode}) reactions: {reactions}")
     assert shrunk_at - light_started >= DOWN_WINDOW_S - 2, f"shrank inside the window: {changes}"
+    if mode == "hpa":
+        switch_scalers(operator, admin, namespace)
+
+
+def scalers(admin: KubeApi, namespace: str) -> set[str]:
+    kinds = ("HorizontalPodAutoscaler", "ScaledObject")
+    return {k for k in kinds if admin.items(paths.path(k, namespace))}
+
+
+def switch_scalers(local: cluster.Cluster, admin: KubeApi, namespace: str) -> None:
+    """Changing the mode swaps the pool's scaler: the old one is deleted, never left to fight.
+
+    KEDA's CRD is installed so the ScaledObject can exist (KEDA itself does not run).
+    """
+    apply_crds(local.kubeconfig, THIRD_PARTY)
+    body = paths.path("SpeculativeDeployment", namespace, NAME)
+    assert scalers(admin, namespace) == {"HorizontalPodAutoscaler"}
+    steps: tuple[tuple[str, set[str]], ...] = (("keda", {"ScaledObject"}), ("none", set()))
+    for mode, wanted in steps:
+        admin.merge_patch(body, {"spec": {"autoscaling": {"mode": mode}}})
+
+        def swapped(wanted: set[str] = wanted) -> bool:
+            return scalers(admin, namespace) == wanted
+
+        wait_for(
+            swapped,
+            what=f"mode {mode}: the pool's scalers to be {sorted(wanted) or 'none'}",
+            timeout=30,
+        )

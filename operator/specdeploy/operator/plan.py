@@ -33,7 +33,17 @@ from specdeploy.runtime.kube.requests import MERGE_PATCH as MERGE
 
 FIELD_MANAGER = "specdeploy"
 COMPONENT = "specdeploy-operator"
-OWNED_KINDS = ("ConfigMap", "Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy")
+OWNED_KINDS = (
+    "ConfigMap",
+    "Deployment",
+    "Service",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+    "HorizontalPodAutoscaler",
+    "ScaledObject",
+)
+"""Kinds this deployment alone owns: applied while wanted, deleted once not (a pool gone, or
+its autoscaling mode changed, so an old scaler never fights the new one)."""
 SHARED_KINDS = ("Job", "ServiceAccount", "Role", "RoleBinding")
 
 

@@ -152,8 +152,8 @@ def autoscaling_hpa_below_one(spec: SpeculativeDeploymentSpec) -> Iterator[str]:
     for path, shape in shapes:
         if shape.replicas.min < 1:
             yield (
-                f"{path}.replicas.min: 0 with autoscaling mode hpa (an HPA keeps at least 1 "
-                "replica; mode keda can scale to zero)"
+                f"{path}.replicas.min: 0 with autoscaling mode hpa: an HPA keeps at least 1 "
+                "replica (mode keda can scale to zero)"
             )
 
 

@@ -80,8 +80,10 @@ NAMESPACED_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("batch", ("jobs",), CHILD_VERBS),
     ("policy", ("poddisruptionbudgets",), CHILD_VERBS),
     ("networking.k8s.io", ("networkpolicies",), CHILD_VERBS),
-    ("autoscaling", ("horizontalpodautoscalers",), CHILD_VERBS),
-    ("keda.sh", ("scaledobjects",), CHILD_VERBS),
+    # not watched (an HPA's status changes every sync): the resync and telemetry reconciles
+    # restore a deleted scaler
+    ("autoscaling", ("horizontalpodautoscalers",), tuple(v for v in CHILD_VERBS if v != "watch")),
+    ("keda.sh", ("scaledobjects",), tuple(v for v in CHILD_VERBS if v != "watch")),
     ("rbac.authorization.k8s.io", ("roles", "rolebindings"), CHILD_VERBS),
 )
 """What the operator does inside the namespaces it serves, verb by verb (the audit log of

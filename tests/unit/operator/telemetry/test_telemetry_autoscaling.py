@@ -8,7 +8,10 @@ from typing import Any
 import pytest
 
 from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC
+from specdeploy.operator.decide import decide
+from specdeploy.operator.plan import plan_children
 from tests.unit.operator.telemetry.fakes import (
+    NOW,
     URL,
     body,
     owned,
@@ -17,6 +20,7 @@ from tests.unit.operator.telemetry.fakes import (
     settle,
     step,
     window,
+    world,
 )
 
 pytestmark = pytest.mark.unit
@@ -73,3 +77,16 @@ def test_keda_mode_renders_a_scaled_object_with_a_prometheus_trigger() -> None:
     assert trigger["metadata"]["serverAddress"] == URL
     assert WANTED_REPLICAS_METRIC in trigger["metadata"]["query"]
     assert "replicas" not in owned(decision, "Deployment")["spec"]
+
+
+def test_changing_the_mode_deletes_the_old_scaler() -> None:
+    deployment, decision = settle(autoscaled("hpa"))
+    assert owned(decision, "HorizontalPodAutoscaler")
+
+    switched = {**deployment, "spec": {**deployment["spec"], "autoscaling": {"mode": "none"}}}
+    requests = plan_children(
+        switched, decide(switched, world(switched, decision), now=NOW), world(switched, decision)
+    )
+
+    deleted = [r.what for r in requests if r.method == "DELETE"]
+    assert any("HorizontalPodAutoscaler" in what for what in deleted), deleted
