@@ -115,10 +115,13 @@ def current_replicas(deployment: Mapping[str, Any] | None) -> int | None:
     return int(value) if isinstance(value, int) else 1  # the API server's default
 
 
-def _bounds(pool: Pool) -> Bounds:
+def _bounds(pool: Pool, running: int | None = None) -> Bounds:
+    """The pool's bounds; with ``running``, its free GPUs as far as this operator can tell:
+    the type's total less this pool's own replicas (pods of other workloads are not
+    listed; a replica they crowd out waits Pending)."""
     free = None
-    if pool.nodes is not None:
-        free = pool.nodes.total_gpus
+    if pool.nodes is not None and running is not None:
+        free = max(pool.nodes.total_gpus - running * pool.gpus_per_replica, 0)
     return Bounds(pool.replicas, max(pool.max_replicas, pool.replicas), pool.gpus_per_replica, free)
 
 
@@ -161,20 +164,11 @@ def pool_scale(
             **_capacity_fields(capacity),
         )
         return PoolScale(held, status, state)
-    # Free GPUs as far as this operator can tell: the type's total less this pool's own
-    # replicas (pods of other workloads are not listed; a replica they crowd out waits Pending).
-    if bounds.free_gpus is not None:
-        bounds = Bounds(
-            bounds.min,
-            bounds.max,
-            bounds.gpus_per_replica,
-            max(bounds.free_gpus - running * bounds.gpus_per_replica, 0),
-        )
     rec = recommend(
         demand,
         None if capacity is None else capacity.tokens_per_second,
         current=running,
-        bounds=bounds,
+        bounds=_bounds(pool, running),
         headroom=spec.headroom,
         drain_s=spec.queue_drain_seconds,
     )
