@@ -38,7 +38,7 @@ from typing import Any
 import kopf
 
 from specdeploy.operator import k8s
-from specdeploy.operator.api import GROUP, PLURAL, PROFILE_PLURAL, VERSION
+from specdeploy.operator.api import GROUP, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
 from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config
 from specdeploy.operator.discovery import node_signature
@@ -46,26 +46,47 @@ from specdeploy.operator.metrics import OperatorMetrics, Outcome
 from specdeploy.operator.reconcile import Clock, ScaleMemory, reconcile_once, utc_now
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.telemetry.window import TelemetryReport
+from specdeploy.operator.watch_cache import WatchCache
+from specdeploy.runtime.kube import paths
 
 Key = tuple[str, str]
 log = logging.getLogger("specdeploy.operator")
 MANAGED = {MANAGED_BY[0]: MANAGED_BY[1]}
 RETRIED: tuple[type[Exception], ...] = (k8s.ApiError, *k8s.TRANSPORT_ERRORS)
 """A refusal or no answer at all: the reconcile is tried again after a delay."""
-CHILD_RESOURCES = (
-    ("batch", "v1", "jobs"),
-    ("apps", "v1", "deployments"),
-    ("", "v1", "configmaps"),
-    ("", "v1", "services"),
-    ("", "v1", "serviceaccounts"),
-    ("rbac.authorization.k8s.io", "v1", "roles"),
-    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
-    ("policy", "v1", "poddisruptionbudgets"),
-    ("networking.k8s.io", "v1", "networkpolicies"),
+WATCHED_CHILD_KINDS = (
+    "Job",
+    "Deployment",
+    "ConfigMap",
+    "Service",
+    "ServiceAccount",
+    "Role",
+    "RoleBinding",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
 )
-"""Every kind the operator creates: an edit or deletion of any of them reconciles its owners."""
+"""The kinds the operator creates and watches: an edit or deletion of any of them reconciles
+its owners. (HPAs and ScaledObjects are not watched: their status changes every sync.)"""
+
+
+def _resource(kind: str) -> tuple[str, str, str]:
+    group, _, version = paths.kind_of(kind).api_version.rpartition("/")
+    return group, version, paths.kind_of(kind).plural
+
+
+CHILD_RESOURCES = tuple(_resource(kind) for kind in WATCHED_CHILD_KINDS)
+"""(group, version, plural) of each watched child kind, as kopf names resources."""
 MANAGED_SELECTOR = "=".join(MANAGED_BY)
 """The server-side label selector of the children's watches."""
+
+
+def watch_cache(namespaces: tuple[str, ...] = ()) -> WatchCache:
+    """The cache of what the handlers below watch: children (by the managed-by label),
+    profiles and nodes (all of them)."""
+    selectors: dict[str, str | None] = dict.fromkeys(WATCHED_CHILD_KINDS, MANAGED_SELECTOR)
+    selectors[PROFILE_KIND] = None
+    selectors["Node"] = None
+    return WatchCache(selectors, namespaces=namespaces)
 
 
 @dataclass
@@ -96,6 +117,8 @@ class Reconciler:
     """Consecutive failed reconciles per deployment (its backoff; cleared on success)."""
     _scale: ScaleMemory = field(default_factory=dict)
     """The autoscaler's state per deployment and pool (``reconcile.reconcile_once``)."""
+    cache: WatchCache | None = None
+    """The watches' view that reconciles read (``watch_cache``); None: list every time."""
 
     async def deliver(self, namespace: str, name: str, report: TelemetryReport) -> None:
         """The telemetry loop's interval for a deployment: reconcile with it (coalesced)."""
@@ -133,6 +156,7 @@ class Reconciler:
                 clock=self.clock,
                 telemetry=report,
                 scale=self._scale,
+                cache=self.cache,
             )
             self.metrics.reconciled(Outcome.OK, self.monotonic() - started)
             self._failures.pop(key, None)
@@ -220,7 +244,18 @@ class Reconciler:
         """
         while True:
             await asyncio.sleep(every)
+            await self.refresh_cache()
             await self.reconcile_namespace(None)
+
+    async def refresh_cache(self) -> None:
+        """Re-list the watched kinds: a watch that missed an event is repaired once per resync
+        for a request per kind, where the reconciles used to list them each."""
+        if self.cache is None:
+            return
+        try:
+            await asyncio.to_thread(self.cache.refresh_all, self.api)
+        except Exception as err:  # the kept view stays; the next resync tries again
+            log.warning("re-listing the watched objects failed: %s", err)
 
     def sweep_soon(self, delay: float = 1.0) -> None:
         """Reconcile every deployment once, shortly: a burst of node events makes one sweep."""
@@ -338,20 +373,30 @@ def register(
                 namespace, name, urgent=reconciler.spec_changed((namespace, name), generation)
             )
 
-    for group, version, plural in CHILD_RESOURCES:
+    for kind, (group, version, plural) in zip(WATCHED_CHILD_KINDS, CHILD_RESOURCES, strict=True):
 
         @_on(
             registry, *filter(None, (group, version, plural)), labels=MANAGED, id=f"child-{plural}"
         )
-        async def child_event(body: dict[str, Any], namespace: str, **_: Any) -> None:
+        async def child_event(
+            type: str | None, body: dict[str, Any], namespace: str, _kind: str = kind, **_: Any
+        ) -> None:
+            if reconciler.cache is not None:
+                reconciler.cache.observe(_kind, dict(body), deleted=type == "DELETED")
             for owner in k8s.owners_of(body):
                 await reconciler.reconcile(namespace, owner)
 
     @_on(registry, GROUP, VERSION, PROFILE_PLURAL)
-    async def profile_event(namespace: str, **_: Any) -> None:
+    async def profile_event(
+        type: str | None, namespace: str, body: dict[str, Any], **_: Any
+    ) -> None:
+        if reconciler.cache is not None:
+            reconciler.cache.observe(PROFILE_KIND, dict(body), deleted=type == "DELETED")
         await reconciler.reconcile_namespace(namespace)
 
     @_on(registry, "v1", "nodes")
     async def node_event(type: str | None, name: str, body: dict[str, Any], **_: Any) -> None:
+        if reconciler.cache is not None:
+            reconciler.cache.observe("Node", dict(body), deleted=type == "DELETED")
         if reconciler.node_changed(name, None if type == "DELETED" else dict(body)):
             reconciler.sweep_soon()

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from specdeploy.operator.api import KIND, PROFILE_KIND
 from specdeploy.operator.builders.common import COMPONENT_LABEL, MANAGED_BY, PROFILING
 from specdeploy.operator.observed import CHILD_KINDS, OPTIONAL_KINDS, Observed
+from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.client import (
     TRANSPORT_ERRORS,
@@ -91,26 +92,50 @@ def _pods_by_job(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return grouped
 
 
-def _children(api: Api, kind: str, namespace: str) -> list[Obj]:
-    """The namespace's managed objects of ``kind``; none of an optional API not served."""
+def _children(api: Api, kind: str, namespace: str, cache: WatchCache | None) -> list[Obj]:
+    """The namespace's managed objects of ``kind`` (from the watches' cache when it keeps
+    the kind); none of an optional API not served."""
+    if cache is not None and kind in cache.kinds:
+        return cache.items_or_list(api, kind, namespace)
+    if cache is not None and cache.absent(kind):
+        return []
     try:
         return list_items(api, paths.path(kind, namespace), MANAGED_SELECTOR)
     except ApiError as err:
         if kind in OPTIONAL_KINDS and err.status == 404:
+            if cache is not None:
+                cache.mark_absent(kind)  # asked again after the next resync
             return []  # KEDA not installed: nothing of it can exist
         raise
 
 
-def gather(api: Api, namespace: str, name: str) -> tuple[Obj | None, Observed]:
-    """The deployment (None when gone) and everything its decision reads."""
+def gather(
+    api: Api, namespace: str, name: str, *, cache: WatchCache | None = None
+) -> tuple[Obj | None, Observed]:
+    """The deployment (None when gone) and everything its decision reads.
+
+    ``cache``: the watches' view (``watch_cache``); the kinds it keeps are read
+    from it, not listed (without one, every kind is listed, as tests and the
+    CLI's one-shot reconcile do).
+    """
     body = get_or_none(api, paths.path(KIND, namespace, name))
     if body is None:
         return None, Observed()
-    children = {kind: _by_name(_children(api, kind, namespace), kind) for kind in CHILD_KINDS}
+    children = {
+        kind: _by_name(_children(api, kind, namespace, cache), kind) for kind in CHILD_KINDS
+    }
     profiling_pods = f"{MANAGED_SELECTOR},{COMPONENT_LABEL}={PROFILING}"
+    if cache is not None and "Node" in cache.kinds:
+        nodes = cache.items_or_list(api, "Node")
+    else:
+        nodes = list_items(api, paths.path("Node"))
+    if cache is not None and PROFILE_KIND in cache.kinds:
+        profiles = cache.items_or_list(api, PROFILE_KIND, namespace)
+    else:
+        profiles = list_items(api, paths.path(PROFILE_KIND, namespace))
     observed = Observed(
-        nodes=list_items(api, paths.path("Node")),
-        profiles=_by_name(list_items(api, paths.path(PROFILE_KIND, namespace)), PROFILE_KIND),
+        nodes=nodes,
+        profiles=_by_name(profiles, PROFILE_KIND),
         children=children,
         job_pods=_pods_by_job(list_items(api, paths.path("Pod", namespace), profiling_pods)),
     )

@@ -25,7 +25,7 @@ import kopf
 
 from specdeploy.operator import k8s, leader, standby
 from specdeploy.operator.decide import Config
-from specdeploy.operator.handlers import Reconciler, register, register_login
+from specdeploy.operator.handlers import Reconciler, register, register_login, watch_cache
 from specdeploy.operator.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 
@@ -181,6 +181,7 @@ def _operate(
         config=settings,
         namespaces=tuple(namespaces),
         metrics=metrics,
+        cache=watch_cache(tuple(namespaces)),
     )
     telemetry = TelemetryLoop(
         api=api,

@@ -23,6 +23,7 @@ from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.plan import event_write, plan_children, status_write
 from specdeploy.operator.status import APPLIED, EventSpec, with_refusals
 from specdeploy.operator.telemetry.window import TelemetryReport
+from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube.requests import Request
 
 Clock = Callable[[], str]
@@ -54,14 +55,15 @@ def reconcile_once(
     telemetry: TelemetryReport | None = None,
     scale: ScaleMemory | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    cache: WatchCache | None = None,
 ) -> Result:
     """One reconcile; ``telemetry``: the telemetry loop's interval for it, when it just ran.
 
     ``scale``: the autoscaler's state per deployment, kept by the caller between
     reconciles (in memory, as the HPA controller keeps its recommendations);
-    updated once the children were sent.
+    updated once the children were sent. ``cache``: the watches' view ``gather`` reads.
     """
-    body, observed = k8s.gather(api, namespace, name)
+    body, observed = k8s.gather(api, namespace, name, cache=cache)
     key = (namespace, name)
     remembered = {} if scale is None else scale.get(key, {})
     observed = replace(observed, telemetry=telemetry, scale=remembered, monotonic=monotonic())

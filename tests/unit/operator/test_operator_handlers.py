@@ -297,3 +297,43 @@ def test_a_429_is_retried_no_sooner_than_the_server_asked(monkeypatch: pytest.Mo
 
     asyncio.run(run())
     assert delays and delays[0] >= 20.0
+
+
+def test_watch_events_of_children_profiles_and_nodes_feed_the_cache(
+    calls: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #18: reconciles read the watched kinds from what the watches delivered."""
+    monkeypatch.setattr(k8s, "list_deployments", lambda api, ns: [])
+    cache = handlers.watch_cache()
+    for kind in cache.kinds:
+        cache.refresh(EmptyApi(), kind)
+    reg = kopf.OperatorRegistry()
+    handlers.register(reg, handlers.Reconciler(api=NoApi(), cache=cache), resync_seconds=60)
+    fns: dict[str, Any] = {h.id.rpartition(".")[2]: h.fn for h in reg._watching.get_all_handlers()}
+    owned = {"kind": "SpeculativeDeployment", "name": "a"}
+    job = {"metadata": {"name": "j", "namespace": "ns", "ownerReferences": [owned]}}
+    node = {"metadata": {"name": "n1"}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
+    profile = {"metadata": {"name": "p", "namespace": "ns"}}
+
+    async def run() -> None:
+        await fns["child-jobs"](type="ADDED", body=job, namespace="ns")
+        await fns["node_event"](type="ADDED", name="n1", body=node)
+        await fns["profile_event"](type="ADDED", namespace="ns", body=profile)
+        assert [o["metadata"]["name"] for o in cache.items("Job", "ns") or []] == ["j"]
+        assert [o["metadata"]["name"] for o in cache.items("Node") or []] == ["n1"]
+        assert [o["metadata"]["name"] for o in cache.items("SpeculationProfile", "ns") or []] == [
+            "p"
+        ]
+        await fns["child-jobs"](type="DELETED", body=job, namespace="ns")
+        assert cache.items("Job", "ns") == []
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    asyncio.run(run())
+    assert calls == [("ns", "a"), ("ns", "a")]  # the Job's owner, on its creation and deletion
+
+
+class EmptyApi:
+    def request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {"items": []}
