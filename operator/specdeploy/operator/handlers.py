@@ -15,7 +15,10 @@ The children's watches are narrowed on the server by the managed-by label
 objects, not every Deployment, ConfigMap and Job of the cluster (review M2).
 
 Reconciles of one deployment never overlap (a lock per deployment) and
-coalesce: events that arrive while one waits are answered by that one. Any
+coalesce: events that arrive while one waits are answered by that one. At
+most ``workers`` run at once, woken fairly (``work_queue``: spec changes
+first, then namespace by namespace), and they read the watched kinds from
+the watches' cache (``watch_cache``), not by listing them. Any
 failure, listed or not, retries after a per-deployment backoff (events wait
 for it; a spec change does not); a failed
 fan-out (a namespace's or the cluster's list of deployments) is retried the
@@ -47,6 +50,7 @@ from specdeploy.operator.reconcile import Clock, ScaleMemory, reconcile_once, ut
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.operator.watch_cache import WatchCache
+from specdeploy.operator.work_queue import FairSlots
 from specdeploy.runtime.kube import paths
 
 Key = tuple[str, str]
@@ -119,6 +123,9 @@ class Reconciler:
     """The autoscaler's state per deployment and pool (``reconcile.reconcile_once``)."""
     cache: WatchCache | None = None
     """The watches' view that reconciles read (``watch_cache``); None: list every time."""
+    workers: int = 4
+    """Reconciles running at once (threads); the rest wait in ``work_queue.FairSlots``."""
+    _slots: FairSlots | None = None
 
     async def deliver(self, namespace: str, name: str, report: TelemetryReport) -> None:
         """The telemetry loop's interval for a deployment: reconcile with it (coalesced)."""
@@ -141,8 +148,17 @@ class Reconciler:
             return  # the queued reconcile will see this event's state too
         self._queued.add(key)
         async with self._locks.setdefault(key, asyncio.Lock()):
-            self._queued.discard(key)
-            await self._run(key)
+            slots = self._fair_slots()
+            self.metrics.queued(slots.waiting + 1)
+            async with slots.slot(namespace, urgent=urgent):
+                self.metrics.queued(slots.waiting)
+                self._queued.discard(key)
+                await self._run(key)
+
+    def _fair_slots(self) -> FairSlots:
+        if self._slots is None:
+            self._slots = FairSlots(self.workers)
+        return self._slots
 
     async def _run(self, key: Key) -> None:
         report = self._reports.pop(key, None)

@@ -20,7 +20,13 @@ from typing import Any, Protocol
 
 from specdeploy.operator.api import KIND, PROFILE_KIND
 from specdeploy.operator.builders.common import COMPONENT_LABEL, MANAGED_BY, PROFILING
-from specdeploy.operator.observed import CHILD_KINDS, OPTIONAL_KINDS, Observed
+from specdeploy.operator.observed import (
+    CHILD_KINDS,
+    OPTIONAL_KINDS,
+    JobPhase,
+    Observed,
+    job_state,
+)
 from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.client import (
@@ -137,9 +143,19 @@ def gather(
         nodes=nodes,
         profiles=_by_name(profiles, PROFILE_KIND),
         children=children,
-        job_pods=_pods_by_job(list_items(api, paths.path("Pod", namespace), profiling_pods)),
+        job_pods=_pods_by_job(
+            list_items(api, paths.path("Pod", namespace), profiling_pods)
+            if cache is None or _profiling_unfinished(children.get("Job", {}).values())
+            else []
+        ),
     )
     return body, observed
+
+
+def _profiling_unfinished(jobs: Iterable[Obj]) -> bool:
+    """Whether a Job of the namespace has not succeeded: only then are its pods read (why
+    one is stuck or failed, ``observed.job_state``); a settled namespace lists no pods."""
+    return any(job_state(job).phase is not JobPhase.SUCCEEDED for job in jobs)
 
 
 def unlisted(

@@ -13,6 +13,7 @@ registers leaks onto the endpoint.
 ``specdeploy_operator_info{version}``                                  gauge, 1
 ``specdeploy_operator_reconciles_total{outcome}``                      ok | retry | error
 ``specdeploy_operator_reconcile_duration_seconds{outcome}``            histogram
+``specdeploy_operator_reconcile_queue_depth``                          reconciles waiting a slot
 ``specdeploy_operator_api_writes_total{kind,verb,subresource}``        every write sent
 ``specdeploy_operator_telemetry_intervals_total``                      one per deployment interval
 ``specdeploy_operator_promql_queries_total``                           queries sent
@@ -288,6 +289,11 @@ class OperatorMetrics:
             ["kind", "verb", "subresource"],
             registry=r,
         )
+        self.queue_depth = Gauge(
+            PREFIX + "reconcile_queue_depth",
+            "Reconciles waiting for a free slot (the fair work queue)",
+            registry=r,
+        )
         self.intervals = Counter(
             PREFIX + "telemetry_intervals",
             "Telemetry intervals run, one per deployment (whether Prometheus answered or not)",
@@ -370,6 +376,10 @@ class OperatorMetrics:
     def reconciled(self, outcome: Outcome, seconds: float) -> None:
         self.reconciles.labels(outcome.value).inc()
         self.reconcile_seconds.labels(outcome.value).observe(seconds)
+
+    @_never_raises
+    def queued(self, waiting: int) -> None:
+        self.queue_depth.set(waiting)
 
     @_never_raises
     def wrote(self, method: str, path: str, content_type: str = JSON) -> None:

@@ -6,8 +6,10 @@ deployments on 2,000 nodes cost 7,500 requests and moved every node body each
 time. The operator already streams all of these objects (kopf's watches,
 narrowed on the server to the managed-by label), so it keeps what they say:
 ``gather`` reads nodes, children and profiles from here, and asks the API
-server only for what no watch sees (the deployment itself, profiling pods,
-HPAs, ScaledObjects).
+server only for what no watch sees: the deployment itself (a fresh read:
+its status decides which Events are transitions), HPAs and ScaledObjects, and
+the profiling pods while a Job has not succeeded. An idle reconcile is 2 GETs
+(3 with KEDA installed).
 
 Consistency, the informer way: a kind is *synced* once one LIST of it has
 filled the cache; until then ``items`` answers None and the caller lists (one
@@ -130,6 +132,11 @@ class WatchCache:
                 store.pop(key, None)
             else:
                 store[key] = value
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        """One kept object (None: not kept, or not synced)."""
+        with self._lock:
+            return (self._objects.get(kind) or {}).get((namespace, name))
 
     def items(self, kind: str, namespace: str | None = None) -> list[Obj] | None:
         """The kind's objects (of ``namespace``; None: all), or None while not synced."""

@@ -337,3 +337,21 @@ def test_watch_events_of_children_profiles_and_nodes_feed_the_cache(
 class EmptyApi:
     def request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"items": []}
+
+
+def test_a_new_deployment_is_reconciled_before_a_namespace_s_backlog(
+    calls: list[tuple[str, str]],
+) -> None:
+    """Issue #18: at start every deployment queues at once; the one a user just created
+    (a new generation: urgent) must not wait behind them."""
+
+    async def run() -> None:
+        r = handlers.Reconciler(api=NoApi(), workers=1)
+        backlog = [asyncio.create_task(r.reconcile("big", f"d{i}")) for i in range(5)]
+        await asyncio.sleep(0.01)
+        new = asyncio.create_task(r.reconcile("team", "new", urgent=True))
+        await asyncio.gather(*backlog, new)
+
+    asyncio.run(run())
+    assert calls[1] == ("team", "new")
+    assert len(calls) == 6

@@ -56,6 +56,7 @@ FAMILIES = {
     "specdeploy_operator_info",
     "specdeploy_operator_reconciles",
     "specdeploy_operator_reconcile_duration_seconds",
+    "specdeploy_operator_reconcile_queue_depth",
     "specdeploy_operator_api_writes",
     "specdeploy_operator_telemetry_intervals",
     "specdeploy_operator_promql_queries",

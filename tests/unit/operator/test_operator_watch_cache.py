@@ -80,8 +80,26 @@ def test_from_creation_to_ready_reading_the_cache_and_then_idle_reconciles_list_
     assert writes(idle) == []
     kept = {paths.path(kind, NS) for kind in cache.kinds} | {paths.path("Node")}
     assert not {path for _, path in idle} & kept
-    # the deployment, its profiling pods, HPAs and ScaledObjects: nothing a watch keeps
-    assert len(idle) == 4, idle
+    # the deployment, HPAs and ScaledObjects: nothing a watch keeps; no pods (profiled)
+    assert [path.rsplit("/", 1)[-1] for _, path in idle] == [
+        "llama-8b-chat",
+        "horizontalpodautoscalers",
+        "scaledobjects",
+    ]
+
+
+def test_profiling_pods_are_listed_only_while_a_job_has_not_succeeded() -> None:
+    api = cluster(H100)
+    create_example(api)
+    cache = handlers.watch_cache()
+    for _ in range(2):
+        reconcile(api, cache)
+    pods = paths.path("Pod", NS)
+    assert ("GET", pods) in reconcile(api, cache)  # the Job runs: why a pod is stuck matters
+    finish_profiling(api)
+    deliver(api, cache)
+    reconcile(api, cache)
+    assert ("GET", pods) not in reconcile(api, cache)
 
 
 def test_the_same_reconciles_without_a_cache_list_every_kind_each_time() -> None:
