@@ -41,7 +41,7 @@ from typing import Any
 import kopf
 
 from specdeploy.operator import k8s
-from specdeploy.operator.api import GROUP, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
+from specdeploy.operator.api import GROUP, KIND, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
 from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config
 from specdeploy.operator.discovery import node_signature
@@ -86,9 +86,10 @@ MANAGED_SELECTOR = "=".join(MANAGED_BY)
 
 def watch_cache(namespaces: tuple[str, ...] = ()) -> WatchCache:
     """The cache of what the handlers below watch: children (by the managed-by label),
-    profiles and nodes (all of them)."""
+    profiles, deployments and nodes (all of them)."""
     selectors: dict[str, str | None] = dict.fromkeys(WATCHED_CHILD_KINDS, MANAGED_SELECTOR)
     selectors[PROFILE_KIND] = None
+    selectors[KIND] = None  # the telemetry loop's every-tick list of deployments
     selectors["Node"] = None
     return WatchCache(selectors, namespaces=namespaces)
 
@@ -231,7 +232,7 @@ class Reconciler:
         for scope in scopes:
             key: Key = ("*fan-out*", scope or "")
             try:
-                found = await asyncio.to_thread(k8s.list_deployments, self.api, scope)
+                found = await asyncio.to_thread(self._deployments, scope)
             except Exception as err:  # any failure is retried, none dropped
                 delay = self._backoff(key)
                 log.warning(
@@ -245,6 +246,14 @@ class Reconciler:
             self._failures.pop(key, None)
             for found_key in found:
                 await self.reconcile(*found_key)
+
+    def _deployments(self, scope: str | None) -> list[Key]:
+        """The deployments of a namespace (None: all), from the watches' view when it has
+        them (the resync re-lists it first), else listed."""
+        if self.cache is None or KIND not in self.cache.kinds:
+            return k8s.list_deployments(self.api, scope)
+        items = self.cache.items_or_list(self.api, KIND, scope)
+        return sorted((i["metadata"]["namespace"], i["metadata"]["name"]) for i in items)
 
     def _fan_out_later(self, scope: str | None, delay: float) -> None:
         async def again() -> None:
@@ -383,6 +392,8 @@ def register(
     async def deployment_event(
         type: str | None, namespace: str, name: str, body: dict[str, Any], **_: Any
     ) -> None:
+        if reconciler.cache is not None:
+            reconciler.cache.observe(KIND, dict(body), deleted=type == "DELETED")
         if type != "DELETED":  # owner references delete the children
             generation = (body.get("metadata") or {}).get("generation")
             await reconciler.reconcile(

@@ -176,12 +176,13 @@ def _operate(
     api = MeteredApi(client, metrics)
     registry = kopf.OperatorRegistry()
     settings = prometheus_from_env(config or Config())
+    cache = watch_cache(tuple(namespaces))
     reconciler = Reconciler(
         api=api,
         config=settings,
         namespaces=tuple(namespaces),
         metrics=metrics,
-        cache=watch_cache(tuple(namespaces)),
+        cache=cache,
     )
     telemetry = TelemetryLoop(
         api=api,
@@ -190,6 +191,7 @@ def _operate(
         settings=settings.telemetry,
         namespaces=tuple(namespaces),
         metrics=metrics,
+        cache=cache,
     )
     register(registry, reconciler, resync_seconds=resync_seconds, telemetry=telemetry)
     register_login(registry, client.credentials)

@@ -13,6 +13,7 @@ import pytest
 
 from specdeploy.operator import handlers, k8s
 from specdeploy.operator.reconcile import reconcile_once
+from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.watch_cache import WatchCache, list_pages, slim
 from specdeploy.runtime.kube import paths
 from tests.unit.operator.test_operator_k8s import (
@@ -257,3 +258,27 @@ def test_without_keda_scaledobjects_are_asked_once_per_resync_not_per_reconcile(
     cache.refresh_all(api)  # the resync: KEDA may have been installed since
     k8s.gather(api, NS, "llama-8b-chat", cache=cache)
     assert asked() == 2
+
+
+class Refuses:
+    def request(self, *args: Any, **kwargs: Any) -> Obj:
+        raise AssertionError("read from the cache, not the API")
+
+
+def test_the_telemetry_loop_and_the_fan_out_read_deployments_from_the_cache() -> None:
+    """Every 5 s the telemetry loop listed every deployment (500 bodies), and every profile
+    event re-listed its namespace's deployments; both read the watches' view now."""
+
+    api = cluster(H100)
+    create_example(api)
+    cache = handlers.watch_cache()
+    cache.refresh_all(api)
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    loop = TelemetryLoop(api=Refuses(), deliver=nothing, cache=cache)
+    assert [b["metadata"]["name"] for b in loop._list()] == ["llama-8b-chat"]
+    reconciler = handlers.Reconciler(api=Refuses(), cache=cache)
+    assert reconciler._deployments(NS) == [(NS, "llama-8b-chat")]
+    assert reconciler._deployments("elsewhere") == []

@@ -44,6 +44,7 @@ from specdeploy.operator.telemetry.queries import Target, build_queries, windows
 from specdeploy.operator.telemetry.settings import DEFAULT_SETTINGS, TelemetrySettings
 from specdeploy.operator.telemetry.vector import PrometheusError
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
+from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import MERGE_PATCH
 
@@ -130,6 +131,9 @@ class TelemetryLoop:
     clock: Clock = utc_now
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     """Where intervals, queries and cycles are counted (``main`` passes the served one)."""
+    cache: WatchCache | None = None
+    """The watches' view (``watch_cache``): deployments and profiles read from it, not
+    listed every tick (500 deployments' bodies every 5 s, and a GET per profile)."""
     _next_due: dict[Key, float] = field(default_factory=dict)
 
     async def run(self) -> None:
@@ -191,6 +195,8 @@ class TelemetryLoop:
     # --- API reads and the profiles' status -------------------------------------
 
     def _list(self) -> list[dict[str, Any]]:
+        if self.cache is not None and KIND in self.cache.kinds:
+            return self.cache.items_or_list(self.api, KIND)
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         return [
             item for scope in scopes for item in k8s.list_items(self.api, paths.path(KIND, scope))
@@ -204,7 +210,10 @@ class TelemetryLoop:
                 log.warning("%s/%s: profile status not updated: %s", namespace, name, err)
 
     def _update_profile(self, namespace: str, name: str, sources: list[tuple[str, Any]]) -> None:
-        profile = k8s.get_or_none(self.api, paths.path(PROFILE_KIND, namespace, name))
+        if self.cache is not None and self.cache.synced(PROFILE_KIND):
+            profile = self.cache.get(PROFILE_KIND, namespace, name)
+        else:
+            profile = k8s.get_or_none(self.api, paths.path(PROFILE_KIND, namespace, name))
         if profile is None:
             return
         view = read_profile(profile)
