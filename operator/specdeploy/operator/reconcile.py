@@ -88,6 +88,11 @@ def reconcile_once(
     for req in children:
         log.info("%s/%s: %s", namespace, name, req.what)
     refused = k8s.send_each(api, children)
+    if cache is not None:
+        refused_ids = {id(r) for r, _ in refused}
+        for req in children:
+            if id(req) not in refused_ids:
+                cache.wrote(req.path)
     if scale is not None and not refused:
         scale[key] = decision.scale
     status, events = decision.status, list(decision.events)

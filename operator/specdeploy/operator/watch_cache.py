@@ -196,6 +196,14 @@ class WatchCache:
         with self._lock:
             self._absent.add(kind)
 
+    def wrote(self, path: str) -> None:
+        """A write to ``path`` was accepted: its kind's API is served after all (KEDA was
+        installed since the 404), so it is listed again from the next reconcile on; else a
+        ScaledObject made now would stay unseen, and unpruned, until the resync."""
+        segments = path.split("/")
+        with self._lock:
+            self._absent = {k for k in self._absent if paths.kind_of(k).plural not in segments}
+
     def _list(self, api: Any, kind: str) -> list[Obj]:
         selector = self._selectors[kind]
         scopes: tuple[str | None, ...] = (

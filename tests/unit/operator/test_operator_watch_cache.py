@@ -282,3 +282,14 @@ def test_the_telemetry_loop_and_the_fan_out_read_deployments_from_the_cache() ->
     reconciler = handlers.Reconciler(api=Refuses(), cache=cache)
     assert reconciler._deployments(NS) == [(NS, "llama-8b-chat")]
     assert reconciler._deployments("elsewhere") == []
+
+
+def test_a_scaledobject_written_after_the_404_is_listed_again_at_once() -> None:
+    """KEDA installed after the operator started: a ScaledObject the operator then makes
+    must be seen (and pruned when the mode changes), not hidden until the resync."""
+    cache = handlers.watch_cache()
+    cache.mark_absent("ScaledObject")
+    cache.wrote(paths.path("Deployment", NS, "x"))
+    assert cache.absent("ScaledObject")
+    cache.wrote(paths.path("ScaledObject", NS, "x"))
+    assert not cache.absent("ScaledObject")
