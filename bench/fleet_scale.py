@@ -152,8 +152,13 @@ def step(
     took = wait_ready(api, keys, args.ready_timeout, f"D={d}")
     row: Obj = {"deployments": d, "all_ready_s": None if took is None else round(took, 1)}
     row["wall_since_step_start_s"] = round(time.monotonic() - started, 1)
-    jobs = api.items(paths.path("Job"), labelSelector="app.kubernetes.io/managed-by=specdeploy")
-    row["profiling_jobs"] = len(jobs)
+    # Jobs may be gone once their profile is written: count the operator's creates instead
+    row["profiling_jobs"] = sum(
+        1
+        for f in audit.log_files(running.layout.audit_log)
+        for w in audit.read_writes(f)
+        if w.user == identity.USER and w.verb == "create" and w.resource == "jobs" and w.code == 201
+    )
     row["profiling_jobs_expected"] = mix.expected_jobs(plan[:d])
     # steady state: nothing created, every deployment Ready (or as far as it got)
     before, t0 = operator_metrics(running), time.time()
@@ -163,15 +168,15 @@ def step(
     cpu1 = sampler.read()[2]
     counts = audit_counts(running, t0, t1)
     minutes = (t1 - t0) / 60
-    reconciles = measure.metric_sum(after, "specdeploy_reconciles_total") - measure.metric_sum(
-        before, "specdeploy_reconciles_total"
-    )
-    queries = measure.metric_sum(after, "specdeploy_promql_queries_total") - measure.metric_sum(
-        before, "specdeploy_promql_queries_total"
-    )
+    reconciles = measure.metric_sum(
+        after, "specdeploy_operator_reconciles_total"
+    ) - measure.metric_sum(before, "specdeploy_operator_reconciles_total")
+    queries = measure.metric_sum(
+        after, "specdeploy_operator_promql_queries_total"
+    ) - measure.metric_sum(before, "specdeploy_operator_promql_queries_total")
     intervals = measure.metric_sum(
-        after, "specdeploy_telemetry_intervals_total"
-    ) - measure.metric_sum(before, "specdeploy_telemetry_intervals_total")
+        after, "specdeploy_operator_telemetry_intervals_total"
+    ) - measure.metric_sum(before, "specdeploy_operator_telemetry_intervals_total")
     row["steady"] = {
         "window_s": round(t1 - t0, 1),
         "requests_per_min_by_verb": {v: round(n / minutes, 1) for v, n in counts.items()},
