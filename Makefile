@@ -16,7 +16,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
-.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale bench-capacity \
+.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale bench-capacity bench-fleet \
 	crds cluster-up cluster-down clean fuzz chaos
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
@@ -91,6 +91,11 @@ bench-capacity: $(STAMP)
 # bench/results/autoscale_ramp.json and a PNG per mode (load, replicas, K over time).
 bench-autoscale: $(STAMP) cluster-bins
 	$(BIN)/python bench/autoscale_ramp.py --out bench/results
+
+# Fleet scale on a local cluster of its own: 2000 KWOK GPU nodes, 100/250/500 deployments
+# (serving pods KWOK's, no emulated vLLM processes): bench/results/fleet_scale[-LABEL].{json,png}.
+bench-fleet: $(STAMP) cluster-bins
+	nice $(BIN)/python bench/fleet_scale.py --out bench/results $(if $(LABEL),--label $(LABEL))
 
 chaos: $(STAMP) cluster-bins
 	$(BIN)/python -m e2e.chaos.runner --out bench/results $(if $(STEADY),--steady-seconds $(STEADY))

@@ -44,7 +44,7 @@ from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.components import Component
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.layout import Layout, Ports, State, StateMismatch
-from e2e.localcluster.standin import READY_FILE
+from e2e.localcluster.standin import READY_FILE, SERVING_EMULATED, SERVING_MODES
 from e2e.localcluster.waiting import wait_for
 from specdeploy.runtime.kube import paths
 
@@ -254,7 +254,8 @@ def operator_component(
     return Component(name, argv, url, "none", env)
 
 
-def standin_component(layout: Layout) -> Component:
+def standin_component(layout: Layout, serving: str = SERVING_EMULATED) -> Component:
+    """The kubelet stand-in; ``serving``: its ``--serving`` mode (``standin.SERVING_MODES``)."""
     argv = [
         sys.executable,
         "-m",
@@ -263,6 +264,8 @@ def standin_component(layout: Layout) -> Component:
         f"--workdir={layout.root}",
         f"--prometheus-targets={prometheus.targets_dir(layout)}",
     ]
+    if serving != SERVING_EMULATED:
+        argv.append(f"--serving={serving}")
     return Component("kubelet-standin", argv, f"file://{layout.run / READY_FILE}", "none")
 
 
@@ -298,13 +301,18 @@ def up(
     fleet_spec: str = fleet.DEFAULT_SPEC,
     crds: Path | None = None,
     operator: bool = True,
+    serving: str = SERVING_EMULATED,
     log: Log = print,
 ) -> Cluster:
     """Start (or reuse) the cluster in ``workdir``; return it once every part is ready.
 
     ``crds``: a directory of CRD manifests to install (None: none);
-    ``operator=False`` leaves the operator out.
+    ``operator=False`` leaves the operator out; ``serving``: how the kubelet
+    stand-in plays serving pods (``standin.SERVING_MODES``; ``kwok``: KWOK's
+    Ready alone, for a fleet benchmark; a reused cluster keeps its own).
     """
+    if serving not in SERVING_MODES:
+        raise ValueError(f"serving mode {serving!r}: want one of {', '.join(SERVING_MODES)}")
     layout = Layout(workdir.resolve())
     # A bad fleet spec or scrape interval fails before anything starts.
     fleet.parse_fleet(fleet_spec)
@@ -318,14 +326,20 @@ def up(
     _reset(layout)
     layout.root.mkdir(parents=True, exist_ok=True)
     try:
-        return _boot(layout, fleet_spec, crds, operator=operator, log=log)
+        return _boot(layout, fleet_spec, crds, operator=operator, serving=serving, log=log)
     except BaseException:
         down(workdir, log=log)
         raise
 
 
 def _boot(
-    layout: Layout, fleet_spec: str, crds: Path | None, *, operator: bool, log: Log
+    layout: Layout,
+    fleet_spec: str,
+    crds: Path | None,
+    *,
+    operator: bool,
+    serving: str = SERVING_EMULATED,
+    log: Log,
 ) -> Cluster:
     bins = Binaries.for_checkout()
     marker = str(layout.root)
@@ -350,7 +364,7 @@ def _boot(
         components.controller_manager(bins.path("kube-controller-manager"), layout, ports),
         components.scheduler(bins.path("kube-scheduler"), layout, ports),
         components.kwok(bins.path("kwok"), layout, ports, node_selector=selector),
-        standin_component(layout),
+        standin_component(layout, serving),
         gateway_component(layout, ports),
     ]
     _start_all(group, layout, marker, log)

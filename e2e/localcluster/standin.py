@@ -35,6 +35,13 @@ metrics port is published on the pod (``LOCAL_METRICS``) and to Prometheus
 as job ``specdeploy-operator`` (what the chart's PodMonitor scrapes in a real
 cluster).
 
+With ``--serving=kwok`` (``SERVING_BY_KWOK``) serving pods are left to KWOK alone,
+which marks them Running and Ready as it does any pod: no emulated vLLM process,
+no metrics, no traffic. That is for a fleet benchmark with hundreds of serving
+pods on a small machine, which measures the control plane, not the pods; it
+changes the cluster's emulation only, never what a spec asks. Profiling pods
+(few: one per fingerprint) still run the profiler here.
+
 A pod deleted while its command runs has the command's process group killed.
 The stand-in lists pods every ``POLL`` seconds instead of watching: a local
 test cluster has few pods, and a poll cannot miss an event.
@@ -73,6 +80,12 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 CONFIG_ERROR_CODE = 128
 READY_FILE = "kubelet-standin.ready"
 MAX_GRACE_SECONDS = 60
+SERVING_EMULATED = "emulate"
+SERVING_BY_KWOK = "kwok"
+SERVING_MODES = (SERVING_EMULATED, SERVING_BY_KWOK)
+"""How serving pods are played: an emulated vLLM process each, or KWOK's Ready alone."""
+NOT_SERVING = "specdeploy.io/component!=serving"
+"""With serving pods left to KWOK, the poll lists only the others (a fleet has many)."""
 VOLUME_SYNC_SECONDS = 2.0
 """How often mounted ConfigMaps and Secrets are re-read (the kubelet's sync is ~1 min;
 a test cluster wants table pushes to arrive in seconds)."""
@@ -183,9 +196,18 @@ class StandIn:
     """One poll loop over the cluster's pods; ``step`` is one iteration."""
 
     def __init__(
-        self, api: KubeApi, *, pods_dir: Path, marker: str, targets: TargetSink | None = None
+        self,
+        api: KubeApi,
+        *,
+        pods_dir: Path,
+        marker: str,
+        targets: TargetSink | None = None,
+        serving: str = SERVING_EMULATED,
     ) -> None:
+        if serving not in SERVING_MODES:
+            raise ValueError(f"serving mode {serving!r}: want one of {', '.join(SERVING_MODES)}")
         self.api = api
+        self.serving = serving
         self.objects = ApiObjects(api)
         self.pods_dir = pods_dir
         self.marker = marker
@@ -199,7 +221,10 @@ class StandIn:
         self._real: tuple[Path, Path] | None = None
 
     def step(self) -> None:
-        pods = self.api.items(paths.path("Pod"), fieldSelector="status.phase=Running")
+        query = {"fieldSelector": "status.phase=Running"}
+        if self.serving == SERVING_BY_KWOK:
+            query["labelSelector"] = NOT_SERVING
+        pods = self.api.items(paths.path("Pod"), **query)
         live = {p["metadata"]["uid"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
         for pod in live.values():
             if self._wanted(pod):
@@ -237,11 +262,13 @@ class StandIn:
     def _wanted(self, pod: Obj) -> bool:
         meta = pod["metadata"]
         annotations = meta.get("annotations", {})
+        kind = emulation.kind_of(pod)
         return (
             stages.EXIT_CODE not in annotations
             and meta["uid"] not in self.seen
             and self._is_fake(pod["spec"].get("nodeName", ""))
-            and emulation.kind_of(pod) is not Kind.NONE
+            and kind is not Kind.NONE
+            and not (kind is Kind.SERVING and self.serving == SERVING_BY_KWOK)
         )
 
     def _is_fake(self, node: str) -> bool:
@@ -494,12 +521,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prometheus-targets", type=Path, help="file-discovery folder of the cluster's Prometheus"
     )
+    parser.add_argument(
+        "--serving",
+        choices=SERVING_MODES,
+        default=SERVING_EMULATED,
+        help="emulate: an emulated vLLM process per serving pod; kwok: KWOK's Ready alone",
+    )
     args = parser.parse_args(argv)
     standin = StandIn(
         KubeApi.from_kubeconfig(args.kubeconfig),
         pods_dir=args.workdir / "pods",
         marker=os.environ.get("SPECDEPLOY_CLUSTER_WORKDIR", str(args.workdir)),
         targets=PrometheusTargets(args.prometheus_targets) if args.prometheus_targets else None,
+        serving=args.serving,
     )
     stopping = False
 
