@@ -98,15 +98,17 @@ def _pods_by_job(pods: Iterable[Obj]) -> dict[str, list[Obj]]:
     return grouped
 
 
-def _children(api: Api, kind: str, namespace: str, cache: WatchCache | None) -> list[Obj]:
-    """The namespace's managed objects of ``kind`` (from the watches' cache when it keeps
-    the kind); none of an optional API not served."""
+def _read(
+    api: Api, cache: WatchCache | None, kind: str, namespace: str | None, selector: str | None
+) -> list[Obj]:
+    """Objects of ``kind`` (in ``namespace``): from the watches' cache when it keeps the
+    kind, else listed; none of an optional API not served (its 404 remembered)."""
     if cache is not None and kind in cache.kinds:
         return cache.items_or_list(api, kind, namespace)
     if cache is not None and cache.absent(kind):
         return []
     try:
-        return list_items(api, paths.path(kind, namespace), MANAGED_SELECTOR)
+        return list_items(api, paths.path(kind, namespace), selector)
     except ApiError as err:
         if kind in OPTIONAL_KINDS and err.status == 404:
             if cache is not None:
@@ -128,17 +130,12 @@ def gather(
     if body is None:
         return None, Observed()
     children = {
-        kind: _by_name(_children(api, kind, namespace, cache), kind) for kind in CHILD_KINDS
+        kind: _by_name(_read(api, cache, kind, namespace, MANAGED_SELECTOR), kind)
+        for kind in CHILD_KINDS
     }
     profiling_pods = f"{MANAGED_SELECTOR},{COMPONENT_LABEL}={PROFILING}"
-    if cache is not None and "Node" in cache.kinds:
-        nodes = cache.items_or_list(api, "Node")
-    else:
-        nodes = list_items(api, paths.path("Node"))
-    if cache is not None and PROFILE_KIND in cache.kinds:
-        profiles = cache.items_or_list(api, PROFILE_KIND, namespace)
-    else:
-        profiles = list_items(api, paths.path(PROFILE_KIND, namespace))
+    nodes = _read(api, cache, "Node", None, None)
+    profiles = _read(api, cache, PROFILE_KIND, namespace, None)
     observed = Observed(
         nodes=nodes,
         profiles=_by_name(profiles, PROFILE_KIND),
