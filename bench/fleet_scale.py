@@ -8,7 +8,10 @@ steps (D = 100, 250, 500 by default) and records per step: time until all D
 are phase Ready, the time of ONE more deployment whose profile is already
 cached, the operator's requests per minute by verb at steady state (from the
 API server's audit log, the operator's ServiceAccount), writes per idle
-reconcile (the operator's reconcile counter), profiling Jobs against one per
+reconcile (the operator's reconcile counter, in an idle window that holds
+full resyncs: the operator runs with ``--resync-seconds``, 60 here, and the
+window opens once it has written nothing but Lease renewals and Events for
+``--settle-seconds``), profiling Jobs against one per
 (namespace, fingerprint), PromQL queries per telemetry interval (its own
 metrics), and the operator process' RSS and CPU from ``/proc/<pid>``.
 
@@ -17,7 +20,10 @@ real). EMULATED, by the cluster and not by the specs: the GPU nodes (KWOK),
 the serving pods (KWOK marks them Running and Ready; the stand-in runs
 ``--serving=kwok``, so no emulated vLLM process per pod and no pod metrics)
 and the profiling pods (the stand-in runs the profiler on the simulator).
-Partial results are written after every step. Usage::
+Partial results are written after every step. ``--operator-checkout DIR``
+runs another checkout's operator (its own ``.venv``; the code it imports is
+checked to lie in DIR and recorded with its commit), for a before/after pair
+with this benchmark's code. Usage::
 
     nice .venv/bin/python bench/fleet_scale.py [--nodes 2000] [--deployments 100,250,500]
 """
@@ -34,6 +40,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +55,7 @@ from e2e.localcluster.standin import SERVING_BY_KWOK
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]
+Request = measure.Request
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -122,19 +130,69 @@ def create(api: KubeApi, planned: mix.Planned) -> str:
     return f"{planned.namespace}/{planned.body['metadata']['name']}"
 
 
-def audit_counts(running: cluster.Cluster, start: float, end: float) -> dict[str, int]:
-    counts = measure.requests_by_verb(
-        (
-            line
-            for f in audit.log_files(running.layout.audit_log)
-            if f.is_file()
-            for line in f.open()
-        ),
-        identity.USER,
-        start,
-        end,
-    )
-    return dict(sorted(counts.items()))
+def audit_lines(running: cluster.Cluster) -> Iterator[str]:
+    for f in audit.log_files(running.layout.audit_log):
+        if f.is_file():
+            with f.open() as lines:
+                yield from lines
+
+
+def operator_requests(running: cluster.Cluster, start: float, end: float) -> Counter[Request]:
+    return measure.requests_in_window(audit_lines(running), identity.USER, start, end)
+
+
+def settle(running: cluster.Cluster, quiet: float, timeout: float) -> float | None:
+    """Wait until the operator wrote nothing but Lease renewals and Events for ``quiet``
+    seconds: what follows is idle (resyncs and telemetry intervals that change nothing)."""
+    started = time.time()
+    while time.time() - started < timeout:
+        now = time.time()
+        if measure.writes(operator_requests(running, now - quiet, now), housekeeping=False) == 0:
+            return round(now - started, 1)
+        time.sleep(5.0)
+    return None
+
+
+def metric_delta(before: str, after: str, name: str) -> float:
+    return measure.metric_sum(after, name) - measure.metric_sum(before, name)
+
+
+def steady(running: cluster.Cluster, args: argparse.Namespace, sampler: Sampler) -> Obj:
+    """The idle window: every deployment as far as it got, nothing created or changed; with
+    the operator's resync at ``--resync-seconds``, it holds that many full resyncs."""
+    before, t0 = operator_metrics(running), time.time()
+    cpu0 = sampler.read()[2]
+    time.sleep(args.steady_seconds)
+    after, t1 = operator_metrics(running), time.time()
+    cpu1 = sampler.read()[2]
+    requests = operator_requests(running, t0, t1)
+    verbs = measure.by_verb(requests)
+    minutes = (t1 - t0) / 60
+    reconciles = metric_delta(before, after, "specdeploy_operator_reconciles_total")
+    queries = metric_delta(before, after, "specdeploy_operator_promql_queries_total")
+    intervals = metric_delta(before, after, "specdeploy_operator_telemetry_intervals_total")
+    writes = measure.writes(requests, housekeeping=False)
+    reads = verbs["get"] + verbs["list"]
+    return {
+        "window_s": round(t1 - t0, 1),
+        "resyncs_in_window": round((t1 - t0) / args.resync_seconds, 2),
+        "requests_per_min_by_verb": {v: round(n / minutes, 1) for v, n in sorted(verbs.items())},
+        "requests_by_verb_and_resource": {
+            f"{verb} {resource}": n for (verb, resource), n in sorted(requests.items())
+        },
+        "writes": measure.writes(requests),
+        "writes_excluding_lease_and_events": writes,
+        "reconciles": reconciles,
+        "writes_per_idle_reconcile": round(writes / reconciles, 3) if reconciles else None,
+        "reads_per_idle_reconcile": round(reads / reconciles, 2) if reconciles else None,
+        "promql_queries": queries,
+        "telemetry_intervals": intervals,
+        "promql_queries_per_telemetry_interval": round(queries / intervals, 2)
+        if intervals
+        else None,
+        "operator_cpu_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
+        "operator_rss_mib": round(sampler.read()[1], 1),
+    }
 
 
 def step(
@@ -160,39 +218,8 @@ def step(
         if w.user == identity.USER and w.verb == "create" and w.resource == "jobs" and w.code == 201
     )
     row["profiling_jobs_expected"] = mix.expected_jobs(plan[:d])
-    # steady state: nothing created, every deployment Ready (or as far as it got)
-    before, t0 = operator_metrics(running), time.time()
-    cpu0 = sampler.read()[2]
-    time.sleep(args.steady_seconds)
-    after, t1 = operator_metrics(running), time.time()
-    cpu1 = sampler.read()[2]
-    counts = audit_counts(running, t0, t1)
-    minutes = (t1 - t0) / 60
-    reconciles = measure.metric_sum(
-        after, "specdeploy_operator_reconciles_total"
-    ) - measure.metric_sum(before, "specdeploy_operator_reconciles_total")
-    queries = measure.metric_sum(
-        after, "specdeploy_operator_promql_queries_total"
-    ) - measure.metric_sum(before, "specdeploy_operator_promql_queries_total")
-    intervals = measure.metric_sum(
-        after, "specdeploy_operator_telemetry_intervals_total"
-    ) - measure.metric_sum(before, "specdeploy_operator_telemetry_intervals_total")
-    row["steady"] = {
-        "window_s": round(t1 - t0, 1),
-        "requests_per_min_by_verb": {v: round(n / minutes, 1) for v, n in counts.items()},
-        "writes": measure.writes(Counter(counts)),
-        "reconciles": reconciles,
-        "writes_per_idle_reconcile": (
-            round(measure.writes(Counter(counts)) / reconciles, 3) if reconciles else None
-        ),
-        "promql_queries": queries,
-        "telemetry_intervals": intervals,
-        "promql_queries_per_telemetry_interval": round(queries / intervals, 2)
-        if intervals
-        else None,
-        "operator_cpu_cores": round((cpu1 - cpu0) / (t1 - t0), 3),
-        "operator_rss_mib": round(sampler.read()[1], 1),
-    }
+    row["settled_after_s"] = settle(running, args.settle_seconds, args.ready_timeout)
+    row["steady"] = steady(running, args, sampler)
     # one more deployment of the shared fingerprint: its profile is cached
     extra = mix.plan(1, args.namespaces)[0]
     extra.body["metadata"]["name"] = f"cached-{d}"
@@ -204,6 +231,35 @@ def step(
     row["operator_peak_rss_mib"] = round(sampler.peak_mib(), 1)
     say(f"step D={d}: {json.dumps(row)}")
     return row
+
+
+def git(checkout: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], capture_output=True, text=True, check=False, cwd=checkout
+    ).stdout.strip()
+
+
+def operator_code(checkout: Path, python: str) -> Obj:
+    """Which code the operator process will import: asked of the same interpreter, from the
+    same directory (``-m`` puts it first on the path), so an editable install that points at
+    another checkout is caught instead of measured under this one's commit."""
+    probe = subprocess.run(
+        [python, "-c", "import specdeploy.operator.handlers as h; print(h.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=checkout,
+    )
+    imported = Path(probe.stdout.strip()).resolve()
+    if not imported.is_relative_to(checkout.resolve()):
+        raise SystemExit(f"fleet: the operator would import {imported}, outside {checkout}")
+    return {
+        "checkout": str(checkout),
+        "python": python,
+        "imports": str(imported),
+        "commit": git(checkout, "rev-parse", "HEAD"),
+        "uncommitted_changes": bool(git(checkout, "status", "--porcelain", "--", ".")),
+    }
 
 
 def plot(doc: Obj, png: Path) -> None:
@@ -243,7 +299,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--deployments", default="100,250,500", help="the steps of D")
     parser.add_argument("--namespaces", type=int, default=50)
-    parser.add_argument("--steady-seconds", type=float, default=120.0)
+    parser.add_argument(
+        "--steady-seconds", type=float, default=120.0, help="the idle window per step"
+    )
+    parser.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="the operator's resync (its default is 300): the idle window holds full resyncs",
+    )
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=20.0,
+        help="quiet (no writes but Lease renewals and Events) before the idle window",
+    )
+    parser.add_argument(
+        "--operator-checkout",
+        type=Path,
+        default=repo_root(),
+        help="run the operator of another checkout (its own .venv), e.g. a baseline commit",
+    )
     parser.add_argument("--ready-timeout", type=float, default=1500.0)
     parser.add_argument("--label", default="")
     parser.add_argument("--out", type=Path, default=repo_root() / "bench" / "results")
@@ -251,13 +327,18 @@ def main(argv: list[str] | None = None) -> int:
     steps = sorted(int(s) for s in args.deployments.split(","))
     name = f"fleet_scale-{args.label}" if args.label else "fleet_scale"
     args.out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False, cwd=repo_root()
-    ).stdout.strip()
+    checkout = args.operator_checkout.resolve()
+    python = sys.executable
+    if checkout != repo_root().resolve():
+        python = str(checkout / ".venv" / "bin" / "python")
+    code = operator_code(checkout, python)
+    os.chdir(checkout)  # the operator's `python -m specdeploy` imports from its directory
     doc: Obj = {
         "kind": "specdeploy-fleet-scale",
         "label": args.label,
-        "commit": commit,
+        "commit": git(repo_root(), "rev-parse", "HEAD"),
+        "operator_code": code,
+        "operator_resync_seconds": args.resync_seconds,
         "nodes": args.nodes,
         "fleet": mix.fleet_spec(args.nodes),
         "deployment_steps": steps,
@@ -272,9 +353,20 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="fleet-bench-"))
     t0 = time.monotonic()
     running = cluster.up(
-        workdir, fleet_spec="h100=1", crds=repo_root() / "crds", serving=SERVING_BY_KWOK, log=say
+        workdir,
+        fleet_spec="h100=1",
+        crds=checkout / "crds",
+        operator=False,
+        serving=SERVING_BY_KWOK,
+        log=say,
     )
     try:
+        cluster.start_operator(
+            running,
+            log=say,
+            launcher=(python, "-m", "specdeploy"),
+            extra_args=(f"--resync-seconds={args.resync_seconds}",),
+        )
         api = running.api()
         manifests = fleet.fleet_manifests(fleet.parse_fleet(doc["fleet"]))
         for i, node in enumerate(manifests):
@@ -306,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
             done = d
             (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
             plot(doc, args.out / f"{name}.png")
+        doc["operator_requests_refused"] = len(
+            audit.refused(audit.requests_of(running.layout.audit_log, identity.USER))
+        )
         doc["finished"] = True
         doc["wall_s"] = round(time.monotonic() - t0, 1)
     finally:

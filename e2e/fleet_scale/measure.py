@@ -15,9 +15,19 @@ from datetime import datetime
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
-def requests_by_verb(lines: Iterable[str], user: str, start: float, end: float) -> Counter[str]:
-    """Requests of ``user`` completed (a watch: started) in [start, end) unix seconds, by verb."""
-    found: Counter[str] = Counter()
+Request = tuple[str, str]
+"""(verb, resource) of one audited request; the resource with its subresource after a slash."""
+
+HOUSEKEEPING = frozenset({"leases", "events"})
+"""Resources an idle operator writes without reconciling anything: its leader election's
+Lease renewals (a constant rate, whatever the fleet's size) and Events."""
+
+
+def requests_in_window(
+    lines: Iterable[str], user: str, start: float, end: float
+) -> Counter[Request]:
+    """Requests of ``user`` completed (a watch: started) in [start, end) unix seconds."""
+    found: Counter[Request] = Counter()
     seen: set[str] = set()
     for line in lines:
         try:
@@ -35,12 +45,26 @@ def requests_by_verb(lines: Iterable[str], user: str, start: float, end: float) 
             continue
         at = datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")).timestamp()
         if start <= at < end:
-            found[verb] += 1
+            ref = event.get("objectRef") or {}
+            sub = ref.get("subresource", "")
+            found[(verb, ref.get("resource", "") + (f"/{sub}" if sub else ""))] += 1
     return found
 
 
-def writes(counts: Counter[str]) -> int:
-    return sum(counts[v] for v in WRITES)
+def by_verb(requests: Counter[Request]) -> Counter[str]:
+    verbs: Counter[str] = Counter()
+    for (verb, _), n in requests.items():
+        verbs[verb] += n
+    return verbs
+
+
+def writes(requests: Counter[Request], *, housekeeping: bool = True) -> int:
+    """Write requests; ``housekeeping=False`` leaves out Lease renewals and Events."""
+    return sum(
+        n
+        for (verb, resource), n in requests.items()
+        if verb in WRITES and (housekeeping or resource.split("/", 1)[0] not in HOUSEKEEPING)
+    )
 
 
 def cpu_seconds(stat: str, ticks: int) -> float:

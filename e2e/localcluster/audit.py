@@ -91,13 +91,18 @@ def _events(path: Path, *, watches_started: bool = False) -> Iterator[dict[str, 
                 yield event
 
 
+def _at(event: dict[str, Any]) -> datetime:
+    """When the API server finished (or, for a watch, started) the request, in UTC."""
+    return datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00"))
+
+
 def read_writes(path: Path) -> Iterator[Write]:
     """Every completed write in the audit log (rotated backups are not read)."""
     for event in _events(path):
         if event.get("verb") in WRITE_VERBS:
             ref = event.get("objectRef") or {}
             yield Write(
-                at=datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")),
+                at=_at(event),
                 verb=event["verb"],
                 resource=ref.get("resource", ""),
                 subresource=ref.get("subresource", ""),
@@ -125,6 +130,7 @@ def count(writes: Iterator[Write] | list[Write]) -> Counter[str]:
 class Request:
     """One completed request of any verb, as far as RBAC sees it."""
 
+    at: datetime
     verb: str
     group: str
     resource: str
@@ -151,6 +157,7 @@ def requests_of(path: Path, user: str) -> Iterator[Request]:
             sub = ref.get("subresource", "")
             decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
             request = Request(
+                at=_at(event),
                 verb=event.get("verb", ""),
                 group=ref.get("apiGroup", ""),
                 resource=ref.get("resource", "") + (f"/{sub}" if sub else ""),

@@ -14,6 +14,8 @@ every grant was used (``identity.GRANTED_WITHOUT_A_REQUEST`` aside).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 
@@ -30,15 +32,25 @@ from specdeploy.operator.builders.rbac import CHILD_VERBS, operator_cluster_role
 from specdeploy.runtime.kube import paths
 
 
+@dataclass(frozen=True)
+class Operator:
+    cluster: cluster.Cluster
+    started: datetime
+    """Before this module's operator process started: its watches began after this."""
+
+
 @pytest.fixture(scope="module")
-def operator(local_cluster: cluster.Cluster) -> Iterator[cluster.Cluster]:
+def operator(local_cluster: cluster.Cluster) -> Iterator[Operator]:
+    started = datetime.now(UTC)
     with cluster.operator_running(local_cluster):
-        yield local_cluster
+        yield Operator(local_cluster, started)
 
 
 def test_the_operator_is_refused_nothing_and_a_pools_removal_uses_each_verb_it_holds(
-    operator: cluster.Cluster, admin: KubeApi, namespace: str
+    operator: Operator, admin: KubeApi, namespace: str
 ) -> None:
+    """Its children are read from one watch per kind across the cluster (issue 18: a list
+    and a watch by label selector, no namespace), and written in the namespace."""
     ready_example(admin, namespace)
     # a hand edit of a table ConfigMap: the operator puts its own back
     (table, *_) = children(admin, "ConfigMap", namespace)
@@ -67,24 +79,31 @@ def test_the_operator_is_refused_nothing_and_a_pools_removal_uses_each_verb_it_h
 
         wait_for(one_left, what=f"the removed pools' {kind}s deleted", timeout=60)
 
-    requests = [
+    since_start = [
         r
-        for r in audit.requests_of(operator.layout.audit_log, identity.USER)
-        if r.namespace == namespace
+        for r in audit.requests_of(operator.cluster.layout.audit_log, identity.USER)
+        if r.at >= operator.started
     ]
+    requests = [r for r in since_start if r.namespace == namespace]
     assert requests, "the audit log records the operator's identity"
-    assert audit.refused(requests) == []
+    assert audit.refused(since_start) == []
     granted = audit.grants(operator_cluster_role())
-    assert {(r.group, r.resource, r.verb) for r in requests} <= granted
+    assert {(r.group, r.resource, r.verb) for r in since_start} <= granted
     used = {(r.group, r.resource, r.verb) for r in requests}
+    watched = {
+        (r.group, r.resource, r.verb)
+        for r in since_start
+        if not r.namespace and r.verb in ("list", "watch")
+    }
     for group, resource in (("apps", "deployments"), ("", "configmaps")):
-        assert {(group, resource, v) for v in CHILD_VERBS if v != "watch"} <= used
+        assert {(group, resource, v) for v in ("list", "watch")} <= watched
+        assert {(group, resource, v) for v in CHILD_VERBS if v not in ("list", "watch")} <= used
     assert ("policy", "poddisruptionbudgets", "delete") in used
     assert ("networking.k8s.io", "networkpolicies", "delete") in used
 
 
 def test_a_hugging_face_token_never_leaves_its_secret(
-    operator: cluster.Cluster, admin: KubeApi, namespace: str
+    operator: Operator, admin: KubeApi, namespace: str
 ) -> None:
     """Review R7: the token reaches the pods as a secretKeyRef; the operator, which may not
     read Secrets at all, copies it nowhere: not into a child, the status, an Event or its log."""
@@ -107,7 +126,7 @@ def test_a_hugging_face_token_never_leaves_its_secret(
     everything = [o for kind in kinds for o in admin.items(paths.path(kind, namespace))]
     everything.append(admin.get(sdep_path(namespace, "llama-8b-chat")))
     assert canary not in json.dumps(everything)
-    assert canary not in operator.layout.log("operator").read_text(errors="replace")
+    assert canary not in operator.cluster.layout.log("operator").read_text(errors="replace")
     (serving, *_) = children(admin, "Deployment", namespace)
     env = serving["spec"]["template"]["spec"]["containers"][0]["env"]
     (hf,) = [e for e in env if e["name"] == "HF_TOKEN"]

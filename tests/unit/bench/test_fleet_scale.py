@@ -30,31 +30,61 @@ def test_shared_deployments_need_one_profile_and_fixed_ones_none() -> None:
     assert mix.expected_jobs(planned) < len(planned)
 
 
-def _event(verb: str, at: str, user: str = "op", stage: str = "ResponseComplete") -> str:
+def _event(
+    verb: str,
+    at: str,
+    resource: str = "deployments",
+    user: str = "op",
+    stage: str = "ResponseComplete",
+) -> str:
     return json.dumps(
         {
             "verb": verb,
             "stage": stage,
             "stageTimestamp": at,
             "user": {"username": user},
-            "auditID": f"{verb}{at}",
+            "auditID": f"{verb}{at}{resource}",
+            "objectRef": dict(
+                zip(("resource", "subresource"), resource.split("/", 1), strict=False)
+            ),
         }
     )
 
 
-def test_requests_by_verb_counts_the_users_requests_in_the_window() -> None:
+def test_requests_in_window_counts_the_users_requests_by_verb_and_resource() -> None:
     lines = [
         _event("get", "2026-01-01T00:00:10Z"),
         _event("patch", "2026-01-01T00:00:20Z"),
+        _event("update", "2026-01-01T00:00:21Z", resource="leases"),
+        _event("create", "2026-01-01T00:00:22Z", resource="events"),
         _event("get", "2026-01-01T00:00:20Z", user="other"),
         _event("list", "2026-01-01T00:05:00Z"),
         _event("watch", "2026-01-01T00:00:30Z", stage="ResponseStarted"),
+        _event("watch", "2026-01-01T00:00:30Z", stage="ResponseComplete"),
         "not json",
     ]
     start = 1767225600.0  # 2026-01-01T00:00:00Z
-    counts = measure.requests_by_verb(lines, "op", start, start + 60)
-    assert counts == Counter({"get": 1, "patch": 1, "watch": 1})
-    assert measure.writes(counts) == 1
+    counts = measure.requests_in_window(lines, "op", start, start + 60)
+    assert counts == Counter(
+        {
+            ("get", "deployments"): 1,
+            ("patch", "deployments"): 1,
+            ("update", "leases"): 1,
+            ("create", "events"): 1,
+            ("watch", "deployments"): 1,
+        }
+    )
+    assert measure.by_verb(counts) == Counter(
+        {"get": 1, "patch": 1, "update": 1, "create": 1, "watch": 1}
+    )
+    assert measure.writes(counts) == 3
+    assert measure.writes(counts, housekeeping=False) == 1
+
+
+def test_a_subresource_is_counted_under_its_resource() -> None:
+    line = _event("patch", "2026-01-01T00:00:10Z", resource="speculativedeployments/status")
+    counts = measure.requests_in_window([line], "op", 1767225600.0, 1767225660.0)
+    assert counts == Counter({("patch", "speculativedeployments/status"): 1})
 
 
 def test_proc_and_metric_parsers() -> None:
