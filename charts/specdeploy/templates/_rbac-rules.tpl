@@ -118,6 +118,7 @@
   verbs:
   - get
   - list
+  - watch
   - create
   - patch
   - delete
@@ -292,6 +293,7 @@
   verbs:
   - get
   - list
+  - watch
   - create
   - patch
   - delete

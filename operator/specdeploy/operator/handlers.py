@@ -70,7 +70,11 @@ WATCHED_CHILD_KINDS = (
     "NetworkPolicy",
 )
 """The kinds the operator creates and watches: an edit or deletion of any of them reconciles
-its owners. (HPAs and ScaledObjects are not watched: their status changes every sync.)"""
+its owners."""
+WATCHED_SCALER_KINDS = ("HorizontalPodAutoscaler",)
+"""Children watched into the cache for reads only: their status changes at every sync of the
+HPA controller, so only a deletion or a spec edit reconciles their owners. (KEDA's
+ScaledObjects are listed, not watched: their API may come and go with KEDA.)"""
 
 
 def _resource(kind: str) -> tuple[str, str, str]:
@@ -80,6 +84,7 @@ def _resource(kind: str) -> tuple[str, str, str]:
 
 CHILD_RESOURCES = tuple(_resource(kind) for kind in WATCHED_CHILD_KINDS)
 """(group, version, plural) of each watched child kind, as kopf names resources."""
+SCALER_RESOURCES = tuple(_resource(kind) for kind in WATCHED_SCALER_KINDS)
 MANAGED_SELECTOR = "=".join(MANAGED_BY)
 """The server-side label selector of the children's watches."""
 
@@ -87,7 +92,9 @@ MANAGED_SELECTOR = "=".join(MANAGED_BY)
 def watch_cache(namespaces: tuple[str, ...] = ()) -> WatchCache:
     """The cache of what the handlers below watch: children (by the managed-by label),
     profiles, deployments and nodes (all of them)."""
-    selectors: dict[str, str | None] = dict.fromkeys(WATCHED_CHILD_KINDS, MANAGED_SELECTOR)
+    selectors: dict[str, str | None] = dict.fromkeys(
+        (*WATCHED_CHILD_KINDS, *WATCHED_SCALER_KINDS), MANAGED_SELECTOR
+    )
     selectors[PROFILE_KIND] = None
     selectors[KIND] = None  # the telemetry loop's every-tick list of deployments
     selectors["Node"] = None
@@ -127,27 +134,42 @@ class Reconciler:
     workers: int = 4
     """Reconciles running at once (threads); the rest wait in ``work_queue.FairSlots``."""
     _slots: FairSlots | None = None
+    _from_cache: set[Key] = field(default_factory=set)
+    """Queued reconciles that no event asked for (the resync, a telemetry interval): they
+    may read the deployment from the watches' view instead of a GET each."""
+    _awaiting: dict[Key, str] = field(default_factory=dict)
+    """The resourceVersion of the operator's last status write per deployment, until the
+    watches' view shows it: until then that view may predate the write, and a decision
+    from it would repeat the write's transitions (their Events)."""
 
     async def deliver(self, namespace: str, name: str, report: TelemetryReport) -> None:
         """The telemetry loop's interval for a deployment: reconcile with it (coalesced)."""
         self._reports[(namespace, name)] = report
-        await self.reconcile(namespace, name)
+        await self.reconcile(namespace, name, cached=True)
 
-    async def reconcile(self, namespace: str, name: str, *, urgent: bool = False) -> None:
+    async def reconcile(
+        self, namespace: str, name: str, *, urgent: bool = False, cached: bool = False
+    ) -> None:
         """Reconcile one deployment now, unless it is backing off after a failure.
 
         While a retry is scheduled, an event (a child, a profile, a node, the resync)
         waits for that retry, which reads the newest state anyway: otherwise every
         event of a busy namespace re-sent a refused write at once, about 100 a minute
         (found by the fuzzer; review I8 asks at most 2). ``urgent``: the user changed
-        the spec, which may be the fix, so it goes now.
+        the spec, which may be the fix, so it goes now. ``cached``: no event asked for
+        it, so the watches' view of the deployment will do (an event's reconcile reads
+        it fresh, and a queued one that both asked for reads it fresh).
         """
         key = (namespace, name)
+        if not cached:
+            self._from_cache.discard(key)
         if key in self._retrying and not urgent:
             return
         if key in self._queued:
             return  # the queued reconcile will see this event's state too
         self._queued.add(key)
+        if cached:
+            self._from_cache.add(key)
         async with self._locks.setdefault(key, asyncio.Lock()):
             slots = self._fair_slots()
             self.metrics.queued(slots.waiting + 1)
@@ -161,11 +183,25 @@ class Reconciler:
             self._slots = FairSlots(self.workers)
         return self._slots
 
+    def _view_holds_own_write(self, key: Key) -> bool:
+        """Whether the watches' view of the deployment holds the operator's last status
+        write to it (equal resourceVersions; no ordering of them is assumed)."""
+        awaited = self._awaiting.get(key)
+        if awaited is None:
+            return True
+        kept = None if self.cache is None else self.cache.get(KIND, *key)
+        if kept is not None and (kept.get("metadata") or {}).get("resourceVersion") == awaited:
+            del self._awaiting[key]
+            return True
+        return False
+
     async def _run(self, key: Key) -> None:
         report = self._reports.pop(key, None)
+        cached = key in self._from_cache and self._view_holds_own_write(key)
+        self._from_cache.discard(key)
         started = self.monotonic()
         try:
-            await asyncio.to_thread(
+            result = await asyncio.to_thread(
                 reconcile_once,
                 self.api,
                 *key,
@@ -174,9 +210,14 @@ class Reconciler:
                 telemetry=report,
                 scale=self._scale,
                 cache=self.cache,
+                cached_body=cached,
             )
             self.metrics.reconciled(Outcome.OK, self.monotonic() - started)
             self._failures.pop(key, None)
+            if not cached:
+                self._awaiting.pop(key, None)  # read fresh: newer than any earlier write
+            if result.status_version is not None:
+                self._awaiting[key] = result.status_version
             return
         except k8s.RetryLater as err:
             self.metrics.reconciled(Outcome.RETRY, self.monotonic() - started)
@@ -199,6 +240,9 @@ class Reconciler:
             log.exception("%s/%s: reconcile raised; retrying in %.0fs", *key, delay)
         if report is not None:
             self._reports.setdefault(key, report)  # the retry still has this interval
+        # a failed reconcile may have written the status (refused children go first):
+        # its version is unknown, so the next reconcile reads the deployment fresh
+        self._awaiting[key] = ""
         self._retry_later(key, delay)
 
     def _backoff(self, key: Key) -> float:
@@ -221,8 +265,9 @@ class Reconciler:
 
         asyncio.get_running_loop().create_task(again())
 
-    async def reconcile_namespace(self, namespace: str | None) -> None:
-        """Every deployment of a namespace (None: of every watched namespace).
+    async def reconcile_namespace(self, namespace: str | None, *, cached: bool = False) -> None:
+        """Every deployment of a namespace (None: of every watched namespace); ``cached``:
+        as ``reconcile`` (the resync, right after re-listing the watched kinds).
 
         A list that fails is tried again with the same backoff as a reconcile
         (its key: the scope), not dropped: a node sweep or a profile's fan-out
@@ -245,7 +290,7 @@ class Reconciler:
                 continue
             self._failures.pop(key, None)
             for found_key in found:
-                await self.reconcile(*found_key)
+                await self.reconcile(*found_key, cached=cached)
 
     def _deployments(self, scope: str | None) -> list[Key]:
         """The deployments of a namespace (None: all), from the watches' view when it has
@@ -270,7 +315,7 @@ class Reconciler:
         while True:
             await asyncio.sleep(every)
             await self.refresh_cache()
-            await self.reconcile_namespace(None)
+            await self.reconcile_namespace(None, cached=True)
 
     async def refresh_cache(self) -> None:
         """Re-list the watched kinds: a watch that missed an event is repaired once per resync
@@ -300,6 +345,11 @@ class Reconciler:
         changed = self._generations.get(key) != generation
         self._generations[key] = generation
         return changed
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A deleted deployment: nothing of it awaits the watches any more."""
+        self._awaiting.pop((namespace, name), None)
+        self._from_cache.discard((namespace, name))
 
     def node_changed(self, name: str, body: dict[str, Any] | None) -> bool:
         """Whether what discovery reads from this node changed since last seen."""
@@ -376,7 +426,7 @@ def register(
         settings.posting.enabled = False  # Events are ours, written on transitions only
         settings.watching.server_timeout = int(resync_seconds)  # the API wants an integer
         settings.watching.client_timeout = int(resync_seconds) + 30
-        for group, version, plural in CHILD_RESOURCES:
+        for group, version, plural in (*CHILD_RESOURCES, *SCALER_RESOURCES):
             settings.watching.label_selectors[group, version, plural] = MANAGED_SELECTOR
         # Named namespaces need no scanning of namespaces and CRDs (which a Role cannot
         # grant): the namespaced mode serves the resources the API has at start.
@@ -394,7 +444,9 @@ def register(
     ) -> None:
         if reconciler.cache is not None:
             reconciler.cache.observe(KIND, dict(body), deleted=type == "DELETED")
-        if type != "DELETED":  # owner references delete the children
+        if type == "DELETED":
+            reconciler.forget(namespace, name)
+        else:  # owner references delete the children
             generation = (body.get("metadata") or {}).get("generation")
             await reconciler.reconcile(
                 namespace, name, urgent=reconciler.spec_changed((namespace, name), generation)
@@ -410,6 +462,32 @@ def register(
         ) -> None:
             if reconciler.cache is not None:
                 reconciler.cache.observe(_kind, dict(body), deleted=type == "DELETED")
+            for owner in k8s.owners_of(body):
+                await reconciler.reconcile(namespace, owner)
+
+    generations: dict[tuple[str, str, str], object] = {}
+    for kind, (group, version, plural) in zip(WATCHED_SCALER_KINDS, SCALER_RESOURCES, strict=True):
+
+        @_on(registry, group, version, plural, labels=MANAGED, id=f"scaler-{plural}")
+        async def scaler_event(
+            type: str | None,
+            body: dict[str, Any],
+            namespace: str,
+            name: str,
+            _kind: str = kind,
+            **_: Any,
+        ) -> None:
+            deleted = type == "DELETED"
+            if reconciler.cache is not None:
+                reconciler.cache.observe(_kind, dict(body), deleted=deleted)
+            at = (_kind, namespace, name)
+            generation = (body.get("metadata") or {}).get("generation")
+            if deleted:
+                generations.pop(at, None)
+            elif generations.get(at, "unseen") == generation:
+                return  # a status update (the HPA controller's sync): nothing to undo
+            else:
+                generations[at] = generation
             for owner in k8s.owners_of(body):
                 await reconciler.reconcile(namespace, owner)
 

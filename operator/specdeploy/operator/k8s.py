@@ -118,15 +118,24 @@ def _read(
 
 
 def gather(
-    api: Api, namespace: str, name: str, *, cache: WatchCache | None = None
+    api: Api,
+    namespace: str,
+    name: str,
+    *,
+    cache: WatchCache | None = None,
+    cached_body: bool = False,
 ) -> tuple[Obj | None, Observed]:
     """The deployment (None when gone) and everything its decision reads.
 
     ``cache``: the watches' view (``watch_cache``); the kinds it keeps are read
     from it, not listed (without one, every kind is listed, as tests and the
-    CLI's one-shot reconcile do).
+    CLI's one-shot reconcile do). ``cached_body``: the deployment too, when the
+    cache has it (the caller knows that view holds the operator's own last write
+    to it); else it is read fresh, as an event's reconcile does.
     """
-    body = get_or_none(api, paths.path(KIND, namespace, name))
+    body = cache.get(KIND, namespace, name) if cache is not None and cached_body else None
+    if body is None:
+        body = get_or_none(api, paths.path(KIND, namespace, name))
     if body is None:
         return None, Observed()
     children = {
@@ -216,8 +225,9 @@ def send_each(api: Api, requests: Iterable[Request]) -> list[tuple[Request, ApiE
     return refused
 
 
-def send(api: Api, requests: Iterable[Request]) -> int:
-    """Send each request in order; return how many were sent.
+def send(api: Api, requests: Iterable[Request], answers: list[Obj] | None = None) -> int:
+    """Send each request in order; return how many were sent (their answers appended to
+    ``answers`` when given).
 
     A status listed in ``ok`` is success ("already so"). A conflict or a
     failed JSON-patch test means our view was stale: RetryLater.
@@ -226,9 +236,11 @@ def send(api: Api, requests: Iterable[Request]) -> int:
     for req in requests:
         sent += 1
         try:
-            api.request(
+            answer = api.request(
                 req.method, req.path, body=req.body, content_type=req.content_type, query=req.query
             )
+            if answers is not None:
+                answers.append(answer)
         except ApiError as err:
             if err.status == 409 and req.method == "POST" and 409 in req.ok:
                 # Made meanwhile by another (a deployment of the same fingerprint, in a

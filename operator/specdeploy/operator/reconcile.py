@@ -43,6 +43,9 @@ class Result:
 
     requests: tuple[Request, ...]
     phase: str | None
+    status_version: str | None = None
+    """The deployment's resourceVersion after this reconcile's status write (None: none
+    written): a cached view that has reached it holds that write."""
 
 
 def reconcile_once(
@@ -56,14 +59,16 @@ def reconcile_once(
     scale: ScaleMemory | None = None,
     monotonic: Callable[[], float] = time.monotonic,
     cache: WatchCache | None = None,
+    cached_body: bool = False,
 ) -> Result:
     """One reconcile; ``telemetry``: the telemetry loop's interval for it, when it just ran.
 
     ``scale``: the autoscaler's state per deployment, kept by the caller between
     reconciles (in memory, as the HPA controller keeps its recommendations);
-    updated once the children were sent. ``cache``: the watches' view ``gather`` reads.
+    updated once the children were sent. ``cache``: the watches' view ``gather`` reads;
+    ``cached_body``: the deployment's own body from it too (``k8s.gather``).
     """
-    body, observed = k8s.gather(api, namespace, name, cache=cache)
+    body, observed = k8s.gather(api, namespace, name, cache=cache, cached_body=cached_body)
     key = (namespace, name)
     remembered = {} if scale is None else scale.get(key, {})
     observed = replace(observed, telemetry=telemetry, scale=remembered, monotonic=monotonic())
@@ -101,13 +106,18 @@ def reconcile_once(
         generation = int(body["metadata"].get("generation") or 1)
         status = with_refusals(status, [(r.what, e.message) for r, e in refused], now, generation)
         events.append(EventSpec("Warning", "ChildRefused", status_message(status)))
+    status_writes = status_write(body, status)
     rest = [
-        *status_write(body, status),
+        *status_writes,
         *(event_write(Parent.of(body), e, now=now) for e in events),
     ]
     for req in rest:
         log.info("%s/%s: %s", namespace, name, req.what)
-    k8s.send(api, rest)
+    answers: list[dict[str, Any]] = []
+    k8s.send(api, rest, answers)
+    version = None  # the status write goes first: its answer is the first
+    if status_writes and answers:
+        version = (answers[0].get("metadata") or {}).get("resourceVersion")
     requests = (*children, *rest)
     log.debug(
         "%s/%s: reconciled, %d request(s), phase %s",
@@ -118,7 +128,7 @@ def reconcile_once(
     )
     if refused:
         raise k8s.ChildrenRefused(refused)
-    return Result(tuple(requests), status.get("phase"))
+    return Result(tuple(requests), status.get("phase"), version)
 
 
 def status_message(status: Mapping[str, Any]) -> str:

@@ -5,11 +5,15 @@ in the namespace: 15 requests per reconcile, so a resync of 500
 deployments on 2,000 nodes cost 7,500 requests and moved every node body each
 time. The operator already streams all of these objects (kopf's watches,
 narrowed on the server to the managed-by label), so it keeps what they say:
-``gather`` reads nodes, children and profiles from here, and asks the API
-server only for what no watch sees: the deployment itself (a fresh read:
-its status decides which Events are transitions), HPAs and ScaledObjects, and
-the profiling pods while a Job has not succeeded. An idle reconcile is 2 GETs
-(3 with KEDA installed).
+``gather`` reads nodes, children (HPAs among them) and profiles from here, and
+asks the API server only for what no watch sees: KEDA's ScaledObjects (their
+API may come and go) and the profiling pods while a Job has not succeeded;
+and the deployment itself when an event asked for the reconcile (a fresh
+read). A reconcile no event asked for (the resync, a telemetry interval)
+reads the deployment from here too, once this view holds the operator's own
+last status write to it (``Reconciler._awaiting``): before it, a decision from
+an older view would repeat that write's transitions. An idle reconcile sends
+no request (one LIST with KEDA installed).
 
 Consistency, the informer way: a kind is *synced* once one LIST of it has
 filled the cache; until then ``items`` answers None and the caller lists (one

@@ -33,7 +33,8 @@ def test_only_event_handlers_are_registered_so_kopf_adds_no_finalizer_or_annotat
     assert reg._spawning.get_all_handlers() == []
     watched = {h.id.rpartition(".")[2] for h in reg._watching.get_all_handlers()}
     children = {f"child-{plural}" for _, _, plural in handlers.CHILD_RESOURCES}
-    assert watched == {"deployment_event", "profile_event", "node_event", *children}
+    scalers = {f"scaler-{plural}" for _, _, plural in handlers.SCALER_RESOURCES}
+    assert watched == {"deployment_event", "profile_event", "node_event", *children, *scalers}
 
 
 def test_every_kind_the_operator_creates_is_watched_through_the_managed_by_label() -> None:

@@ -6,12 +6,14 @@ delivered by hand (``deliver``), as kopf's handlers would deliver them.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import pytest
 
 from specdeploy.operator import handlers, k8s
+from specdeploy.operator.api import KIND
 from specdeploy.operator.reconcile import reconcile_once
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.watch_cache import WatchCache, list_pages, slim
@@ -81,12 +83,15 @@ def test_from_creation_to_ready_reading_the_cache_and_then_idle_reconciles_list_
     assert writes(idle) == []
     kept = {paths.path(kind, NS) for kind in cache.kinds} | {paths.path("Node")}
     assert not {path for _, path in idle} & kept
-    # the deployment, HPAs and ScaledObjects: nothing a watch keeps; no pods (profiled)
-    assert [path.rsplit("/", 1)[-1] for _, path in idle] == [
-        "llama-8b-chat",
-        "horizontalpodautoscalers",
-        "scaledobjects",
-    ]
+    # an event's reconcile: the deployment read fresh, and ScaledObjects (no watch keeps
+    # them); HPAs from the cache; no pods (profiled)
+    assert [path.rsplit("/", 1)[-1] for _, path in idle] == ["llama-8b-chat", "scaledobjects"]
+    # one no event asked for (the resync, telemetry): the deployment from the cache too,
+    # once the deployments are kept (the resync's re-list, or the telemetry loop's)
+    cache.refresh_all(api)
+    before = len(api.requests)
+    reconcile_once(api, NS, "llama-8b-chat", clock=lambda: CLOCK, cache=cache, cached_body=True)
+    assert [path.rsplit("/", 1)[-1] for _, path in api.requests[before:]] == ["scaledobjects"]
 
 
 def test_profiling_pods_are_listed_only_while_a_job_has_not_succeeded() -> None:
@@ -293,3 +298,74 @@ def test_a_scaledobject_written_after_the_404_is_listed_again_at_once() -> None:
     assert cache.absent("ScaledObject")
     cache.wrote(paths.path("ScaledObject", NS, "x"))
     assert not cache.absent("ScaledObject")
+
+
+def deployment_reads(api: FakeApi) -> int:
+    return sum(1 for _, path in api.requests if path == paths.path(KIND, NS, "llama-8b-chat"))
+
+
+def ready_with_cache() -> tuple[FakeApi, WatchCache, handlers.Reconciler]:
+    api = cluster(H100)
+    create_example(api)
+    cache = handlers.watch_cache()
+    for step in (None, finish_profiling, finish_rollouts):
+        if step is not None:
+            step(api)
+        deliver(api, cache)
+        for _ in range(3):
+            reconcile(api, cache)
+    cache.refresh_all(api)  # what the resync does first: every kept kind synced
+    reconciler = handlers.Reconciler(api=api, cache=cache, clock=lambda: CLOCK)
+    return api, cache, reconciler
+
+
+def test_a_resync_reconcile_reads_the_deployment_from_the_cache_once_it_holds_our_write() -> None:
+    """The resync and telemetry reconciles send no request for an idle deployment (issue
+    18: O(changes), not O(deployments) per resync), except right after the operator's own
+    status write, until the watch has brought that write back."""
+    api, cache, reconciler = ready_with_cache()
+    before = deployment_reads(api)
+    asyncio.run(reconciler.reconcile(NS, "llama-8b-chat", cached=True))
+    assert deployment_reads(api) == before  # idle: nothing to await, the view will do
+
+    # the operator writes the status (a user's edit changed what it reports) ...
+    body = api.get("speculativedeployments", "llama-8b-chat")
+    body["status"]["phase"] = "Pending"
+    asyncio.run(reconciler.reconcile(NS, "llama-8b-chat"))
+    written = api.get("speculativedeployments", "llama-8b-chat")["metadata"]["resourceVersion"]
+    assert reconciler._awaiting[(NS, "llama-8b-chat")] == written
+    # ... and before its watch event, a resync reads fresh: the view predates the write
+    before = deployment_reads(api)
+    asyncio.run(reconciler.reconcile(NS, "llama-8b-chat", cached=True))
+    assert deployment_reads(api) == before + 1
+    # once the event came, the view holds it: no read
+    deliver(api, cache)
+    before = deployment_reads(api)
+    asyncio.run(reconciler.reconcile(NS, "llama-8b-chat", cached=True))
+    assert deployment_reads(api) == before
+    assert (NS, "llama-8b-chat") not in reconciler._awaiting
+
+
+def test_an_event_asking_for_a_queued_resync_reconcile_makes_it_read_fresh() -> None:
+    api, _, reconciler = ready_with_cache()
+
+    async def both() -> None:
+        await asyncio.gather(
+            reconciler.reconcile(NS, "llama-8b-chat", cached=True),
+            reconciler.reconcile(NS, "other", cached=True),
+            reconciler.reconcile(NS, "llama-8b-chat"),  # an event, coalesced into the first
+        )
+
+    before = deployment_reads(api)
+    asyncio.run(both())
+    assert deployment_reads(api) == before + 1
+
+
+def test_a_failed_reconcile_makes_the_next_one_read_fresh() -> None:
+    """A reconcile that failed after writing the status (refused children go first) does not
+    know the version it wrote: the next one reads the deployment."""
+    _, _, reconciler = ready_with_cache()
+    reconciler._awaiting[(NS, "llama-8b-chat")] = ""
+    assert not reconciler._view_holds_own_write((NS, "llama-8b-chat"))
+    reconciler.forget(NS, "llama-8b-chat")
+    assert reconciler._view_holds_own_write((NS, "llama-8b-chat"))

@@ -80,9 +80,9 @@ NAMESPACED_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("batch", ("jobs",), CHILD_VERBS),
     ("policy", ("poddisruptionbudgets",), CHILD_VERBS),
     ("networking.k8s.io", ("networkpolicies",), CHILD_VERBS),
-    # not watched (an HPA's status changes every sync): the resync and telemetry reconciles
-    # restore a deleted scaler
-    ("autoscaling", ("horizontalpodautoscalers",), tuple(v for v in CHILD_VERBS if v != "watch")),
+    # watched into the cache; only a deletion or a spec edit reconciles (handlers.py)
+    ("autoscaling", ("horizontalpodautoscalers",), CHILD_VERBS),
+    # listed, not watched: KEDA's API may come and go (the resync and telemetry restore one)
     ("keda.sh", ("scaledobjects",), tuple(v for v in CHILD_VERBS if v != "watch")),
     ("rbac.authorization.k8s.io", ("roles", "rolebindings"), CHILD_VERBS),
 )

@@ -11,7 +11,7 @@ from specdeploy.operator.api import KIND, PROFILE_KIND
 from specdeploy.operator.handlers import Reconciler
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import CHILD_KINDS
-from specdeploy.operator.reconcile import reconcile_once
+from specdeploy.operator.reconcile import Result, reconcile_once
 from specdeploy.operator.telemetry.profile_live import contributions, merged_view, status_patch
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.runtime.kube import paths
@@ -174,10 +174,11 @@ def test_a_delivered_interval_reaches_the_reconcile_and_survives_a_failed_one(
     seen: list[Any] = []
     fail = [True]
 
-    def fake(api: Any, namespace: str, name: str, **kw: Any) -> None:
+    def fake(api: Any, namespace: str, name: str, **kw: Any) -> Result:
         seen.append(kw.get("telemetry"))
         if fail.pop() if fail else False:
             raise k8s.ApiError("GET", "/x", 500, "boom")
+        return Result((), None)
 
     monkeypatch.setattr(handlers, "reconcile_once", fake)
     reconciler = Reconciler(api=object(), retry_seconds=0.01)  # type: ignore[arg-type]
