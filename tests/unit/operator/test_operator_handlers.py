@@ -335,6 +335,47 @@ def test_watch_events_of_children_profiles_and_nodes_feed_the_cache(
     assert calls == [("ns", "a"), ("ns", "a")]  # the Job's owner, on its creation and deletion
 
 
+def test_an_hpa_status_sync_reconciles_nothing_but_its_deletion_or_spec_edit_does(
+    calls: list[tuple[str, str]],
+) -> None:
+    """Issue #18: HPAs are kept from their watch for reads; the HPA controller rewrites
+    their status at every sync, which must not reconcile the owner each time."""
+    cache = handlers.watch_cache()
+    for kind in cache.kinds:
+        cache.refresh(EmptyApi(), kind)
+    reg = kopf.OperatorRegistry()
+    handlers.register(reg, handlers.Reconciler(api=NoApi(), cache=cache), resync_seconds=60)
+    fns: dict[str, Any] = {h.id.rpartition(".")[2]: h.fn for h in reg._watching.get_all_handlers()}
+    hpa_event = fns["scaler-horizontalpodautoscalers"]
+    owned = {"kind": "SpeculativeDeployment", "name": "a"}
+
+    def hpa(generation: int, desired: int) -> dict[str, Any]:
+        meta = {
+            "name": "h",
+            "namespace": "ns",
+            "generation": generation,
+            "ownerReferences": [owned],
+        }
+        return {"metadata": meta, "status": {"desiredReplicas": desired}}
+
+    async def run() -> list[int]:
+        seen = []
+        for event, body in (
+            ("ADDED", hpa(1, 1)),  # created: its owner looks
+            ("MODIFIED", hpa(1, 2)),  # the controller's sync
+            ("MODIFIED", hpa(1, 3)),  # and the next
+            ("MODIFIED", hpa(2, 3)),  # a hand edit of its spec: the owner restores it
+            ("DELETED", hpa(2, 3)),  # deleted: the owner makes it again
+        ):
+            await hpa_event(type=event, body=body, namespace="ns", name="h")
+            seen.append(len(calls))
+        kept = cache.items("HorizontalPodAutoscaler", "ns")
+        assert kept == []
+        return seen
+
+    assert asyncio.run(run()) == [1, 1, 1, 2, 3]
+
+
 class EmptyApi:
     def request(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return {"items": []}
