@@ -311,8 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--settle-seconds",
         type=float,
-        default=20.0,
-        help="quiet (no writes but Lease renewals and Events) before the idle window",
+        default=75.0,
+        help="quiet (no writes but Lease renewals and Events) before the idle window: longer "
+        "than the longest telemetry interval (60 s), after which a pool without series turns "
+        "SeriesPending into SeriesMissing",
     )
     parser.add_argument(
         "--operator-checkout",
