@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -209,6 +210,10 @@ def step(
     keys = {create(api, p) for p in plan[:d]}
     took = wait_ready(api, keys, args.ready_timeout, f"D={d}")
     row: Obj = {"deployments": d, "all_ready_s": None if took is None else round(took, 1)}
+    seen = phases(api)
+    row["not_ready_by_phase"] = dict(
+        Counter(seen.get(k) or "none" for k in keys if seen.get(k) != "Ready")
+    )
     row["wall_since_step_start_s"] = round(time.monotonic() - started, 1)
     # Jobs may be gone once their profile is written: count the operator's creates instead
     row["profiling_jobs"] = sum(
@@ -326,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="")
     parser.add_argument("--out", type=Path, default=repo_root() / "bench" / "results")
     args = parser.parse_args(argv)
+    # A stop (Ctrl-C, even when started in the background; a TERM) tears the cluster down.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     steps = sorted(int(s) for s in args.deployments.split(","))
     name = f"fleet_scale-{args.label}" if args.label else "fleet_scale"
     args.out.mkdir(parents=True, exist_ok=True)
