@@ -245,15 +245,15 @@ def git(checkout: Path, *args: str) -> str:
 
 
 def operator_code(checkout: Path, python: str) -> Obj:
-    """Which code the operator process will import: asked of the same interpreter, from the
-    same directory (``-m`` puts it first on the path), so an editable install that points at
-    another checkout is caught instead of measured under this one's commit."""
+    """Which code the operator process will import: asked of the same interpreter with the
+    same ``-P`` (no working directory on the path: the venv's install decides), so an
+    editable install that points at another checkout is caught instead of measured under
+    this one's commit."""
     probe = subprocess.run(
-        [python, "-c", "import specdeploy.operator.handlers as h; print(h.__file__)"],
+        [python, "-P", "-c", "import specdeploy.operator.handlers as h; print(h.__file__)"],
         capture_output=True,
         text=True,
         check=True,
-        cwd=checkout,
     )
     imported = Path(probe.stdout.strip()).resolve()
     if not imported.is_relative_to(checkout.resolve()):
@@ -342,7 +342,6 @@ def main(argv: list[str] | None = None) -> int:
     if checkout != repo_root().resolve():
         python = str(checkout / ".venv" / "bin" / "python")
     code = operator_code(checkout, python)
-    os.chdir(checkout)  # the operator's `python -m specdeploy` imports from its directory
     doc: Obj = {
         "kind": "specdeploy-fleet-scale",
         "label": args.label,
@@ -374,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start_operator(
             running,
             log=say,
-            launcher=(python, "-m", "specdeploy"),
+            # -P: the venv's install decides what is imported, not the working directory
+            launcher=(python, "-P", "-m", "specdeploy"),
             extra_args=(f"--resync-seconds={args.resync_seconds}",),
         )
         api = running.api()
