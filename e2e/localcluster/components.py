@@ -14,8 +14,9 @@ from pathlib import Path
 from e2e.localcluster.layout import Layout, Ports
 from e2e.localcluster.pki import FRONT_PROXY_CLIENT
 
-# The first address of this range is the `kubernetes` Service (a SAN in pki.py).
-SERVICE_CIDR = "10.0.0.0/24"
+# The first address of this range is the `kubernetes` Service (a SAN in pki.py). A /16:
+# the fleet benchmark's 500 deployments need a Service each (a /24 ran out at 253).
+SERVICE_CIDR = "10.0.0.0/16"
 POD_CIDR = "10.244.0.1/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 ALWAYS_ALLOW = "/healthz,/readyz,/livez,/metrics"
