@@ -44,7 +44,7 @@ from specdeploy.operator import k8s
 from specdeploy.operator.api import GROUP, KIND, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
 from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.decide import DEFAULT_CONFIG, Config
-from specdeploy.operator.discovery import node_signature
+from specdeploy.operator.discovery import node_signature, selector_keys
 from specdeploy.operator.metrics import OperatorMetrics, Outcome
 from specdeploy.operator.reconcile import Clock, ScaleMemory, reconcile_once, utc_now
 from specdeploy.operator.telemetry.loop import TelemetryLoop
@@ -267,7 +267,8 @@ class Reconciler:
 
     async def reconcile_namespace(self, namespace: str | None, *, cached: bool = False) -> None:
         """Every deployment of a namespace (None: of every watched namespace); ``cached``:
-        as ``reconcile`` (the resync, right after re-listing the watched kinds).
+        as ``reconcile`` (the resync, right after re-listing the watched kinds; a node
+        sweep, which changed nothing of the deployments themselves).
 
         A list that fails is tried again with the same backoff as a reconcile
         (its key: the scope), not dropped: a node sweep or a profile's fan-out
@@ -336,9 +337,15 @@ class Reconciler:
         async def sweep() -> None:
             await asyncio.sleep(delay)
             self._sweep_pending = False
-            await self.reconcile_namespace(None)
+            await self.reconcile_namespace(None, cached=True)
 
         asyncio.get_running_loop().create_task(sweep())
+
+    def _selector_keys(self) -> frozenset[str] | None:
+        kept = None if self.cache is None else self.cache.items(KIND)
+        if kept is None:
+            return None
+        return selector_keys((item.get("spec") or {}) for item in kept)
 
     def spec_changed(self, key: Key, generation: object) -> bool:
         """Whether ``generation`` is new for this deployment (its spec changed since seen)."""
@@ -352,8 +359,10 @@ class Reconciler:
         self._from_cache.discard((namespace, name))
 
     def node_changed(self, name: str, body: dict[str, Any] | None) -> bool:
-        """Whether what discovery reads from this node changed since last seen."""
-        signature: Hashable = None if body is None else node_signature(body)
+        """Whether what discovery reads from this node changed since last seen: its GPUs,
+        and the labels the deployments' node selectors name (all of them without a view
+        of the deployments)."""
+        signature: Hashable = None if body is None else node_signature(body, self._selector_keys())
         if self._nodes.get(name, "unseen") == signature:
             return False
         self._nodes[name] = signature

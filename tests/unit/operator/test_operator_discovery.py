@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdeploy.operator.discovery import gpu_inventory, node_signature
+from specdeploy.operator.discovery import gpu_inventory, node_signature, selector_keys
 
 
 def node(gpu: str | None, gpus: Any = "8", **labels: str) -> dict[str, Any]:
@@ -49,3 +49,18 @@ def test_a_node_signature_ignores_what_discovery_does_not_read() -> None:
     assert node_signature(a) == node_signature(b)
     b["status"]["capacity"]["nvidia.com/gpu"] = "4"
     assert node_signature(a) != node_signature(b)
+
+
+def test_a_node_signature_keeps_only_the_labels_a_node_selector_names() -> None:
+    a, b = node("H100", team="a"), node("H100", team="a")
+    b["metadata"]["labels"]["kubernetes.io/os"] = "linux"  # the node controller's patch
+    assert node_signature(a, {"team"}) == node_signature(b, {"team"})
+    assert node_signature(a) != node_signature(b)
+    b["metadata"]["labels"]["team"] = "b"
+    assert node_signature(a, {"team"}) != node_signature(b, {"team"})
+
+
+def test_selector_keys_are_the_union_of_the_deployments_node_selectors() -> None:
+    specs = [{"nodeSelector": {"team": "a"}}, {"nodeSelector": {"zone": "x", "team": "b"}}, {}]
+    assert selector_keys(specs) == {"team", "zone"}
+    assert selector_keys([{"nodeSelector": None}]) == frozenset()
