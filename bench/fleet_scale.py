@@ -390,6 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_nodes_ready(api, [n["metadata"]["name"] for n in manifests], timeout=600)
         doc["nodes_ready_s"] = round(time.monotonic() - t0, 1)
         say(f"{len(manifests)} nodes Ready")
+        # Deployments go to a fleet the scheduler can use: a pod refused for the
+        # not-ready taints waited up to the 5-minute unschedulable-queue flush.
+        cluster.wait_nodes_schedulable(api, [n["metadata"]["name"] for n in manifests])
+        doc["nodes_schedulable_s"] = round(time.monotonic() - t0, 1)
+        say(f"{len(manifests)} nodes schedulable (no lifecycle taint)")
         for ns in mix.namespaces(args.namespaces):
             try:
                 api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})

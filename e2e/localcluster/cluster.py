@@ -195,6 +195,17 @@ def wait_nodes_ready(api: KubeApi, names: list[str], *, timeout: float = 60.0) -
     wait_for(lambda: _all_ready(api, names), what=f"nodes {names} Ready", timeout=timeout)
 
 
+def wait_nodes_schedulable(api: KubeApi, names: list[str], *, timeout: float = 600.0) -> None:
+    """Every node Ready and without lifecycle taints (``fleet.schedulable``)."""
+    wanted = set(names)
+
+    def done() -> bool:
+        fit = {n["metadata"]["name"] for n in api.items(paths.path("Node")) if fleet.schedulable(n)}
+        return wanted <= fit
+
+    wait_for(done, what=f"{len(wanted)} nodes schedulable", timeout=timeout)
+
+
 def install_crds(kubectl: Path, kubeconfig_path: Path, crds: Path, log: Log) -> None:
     """Apply the project's CRDs (if crds/ has any) and wait until they are Established."""
     manifests = sorted(crds.glob("*.yaml")) if crds.is_dir() else []

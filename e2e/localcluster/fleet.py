@@ -118,3 +118,22 @@ def node_manifest(pool: Pool, index: int) -> dict[str, Any]:
 
 def fleet_manifests(pools: list[Pool]) -> list[dict[str, Any]]:
     return [node_manifest(pool, i) for pool in pools for i in range(pool.nodes)]
+
+
+LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
+"""Taints the node lifecycle controller (and the kubelet) put on a node that is not yet,
+or no longer, fit for pods: not-ready, unreachable, network-unavailable, ..."""
+
+
+def schedulable(node: Mapping[str, Any]) -> bool:
+    """Ready and free of lifecycle taints: what the scheduler needs, which is more than
+    Ready. At 2,000 registering nodes the controller lifts the not-ready taints minutes
+    after KWOK sets Ready, and a pod refused meanwhile can wait in the scheduler's
+    unschedulable queue for its 5-minute flush (the fleet bench's first step did)."""
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+    taints = (node.get("spec") or {}).get("taints") or []
+    tainted = any(str(t.get("key", "")).startswith(LIFECYCLE_TAINT_PREFIX) for t in taints)
+    return ready and not tainted

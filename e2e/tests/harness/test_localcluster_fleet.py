@@ -9,6 +9,7 @@ from e2e.localcluster.fleet import (
     FleetSpecError,
     fleet_manifests,
     parse_fleet,
+    schedulable,
 )
 
 
@@ -56,3 +57,13 @@ def test_node_names_are_unique_across_pools() -> None:
     names = [n["metadata"]["name"] for n in fleet_manifests(parse_fleet("h100=2,l4=3"))]
 
     assert len(set(names)) == 5
+
+
+def test_a_node_is_schedulable_once_ready_and_rid_of_lifecycle_taints() -> None:
+    node = fleet_manifests(parse_fleet("h100=1"))[0]
+    assert not schedulable(node)  # no Ready condition yet
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    node["spec"] = {"taints": [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]}
+    assert not schedulable(node)
+    node["spec"]["taints"] = [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert schedulable(node)  # a user's taint is the pods' business (their tolerations)
