@@ -354,17 +354,23 @@ def test_a_429_is_retried_no_sooner_than_the_server_asked(monkeypatch: pytest.Mo
     assert delays and delays[0] >= 20.0
 
 
-def test_watch_events_of_children_profiles_and_nodes_feed_the_cache(
-    calls: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Issue #18: reconciles read the watched kinds from what the watches delivered."""
-    monkeypatch.setattr(k8s, "list_deployments", lambda api, ns: [])
+def synced_handlers() -> tuple[WatchCache, dict[str, Any]]:
+    """A cache with every watched kind synced (empty) and the handlers registered on it,
+    by handler id."""
     cache = handlers.watch_cache()
     for kind in cache.kinds:
         cache.refresh(EmptyApi(), kind)
     reg = kopf.OperatorRegistry()
     handlers.register(reg, handlers.Reconciler(api=NoApi(), cache=cache), resync_seconds=60)
-    fns: dict[str, Any] = {h.id.rpartition(".")[2]: h.fn for h in reg._watching.get_all_handlers()}
+    return cache, {h.id.rpartition(".")[2]: h.fn for h in reg._watching.get_all_handlers()}
+
+
+def test_watch_events_of_children_profiles_and_nodes_feed_the_cache(
+    calls: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #18: reconciles read the watched kinds from what the watches delivered."""
+    monkeypatch.setattr(k8s, "list_deployments", lambda api, ns: [])
+    cache, fns = synced_handlers()
     owned = {"kind": "SpeculativeDeployment", "name": "a"}
     job = {"metadata": {"name": "j", "namespace": "ns", "ownerReferences": [owned]}}
     node = {"metadata": {"name": "n1"}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
@@ -394,12 +400,7 @@ def test_an_hpa_status_sync_reconciles_nothing_but_its_deletion_or_spec_edit_doe
 ) -> None:
     """Issue #18: HPAs are kept from their watch for reads; the HPA controller rewrites
     their status at every sync, which must not reconcile the owner each time."""
-    cache = handlers.watch_cache()
-    for kind in cache.kinds:
-        cache.refresh(EmptyApi(), kind)
-    reg = kopf.OperatorRegistry()
-    handlers.register(reg, handlers.Reconciler(api=NoApi(), cache=cache), resync_seconds=60)
-    fns: dict[str, Any] = {h.id.rpartition(".")[2]: h.fn for h in reg._watching.get_all_handlers()}
+    cache, fns = synced_handlers()
     hpa_event = fns["scaler-horizontalpodautoscalers"]
     owned = {"kind": "SpeculativeDeployment", "name": "a"}
 
