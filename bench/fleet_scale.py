@@ -3,10 +3,12 @@
 On a local control plane of its own (real etcd, kube-apiserver,
 controller-manager, scheduler; KWOK nodes with GFD labels and
 ``nvidia.com/gpu`` capacity as ``fleet.py`` writes them) it registers N GPU
-nodes of six types, then creates the seeded mix of ``e2e.fleet_scale.mix`` in
-steps (D = 100, 250, 500 by default) and records per step: time until all D
-are phase Ready, the time of ONE more deployment whose profile is already
-cached, the operator's requests per minute by verb at steady state (from the
+nodes of six types, waits until the scheduler can use them (Ready and rid of
+the lifecycle controller's not-ready taints: ``nodes_schedulable_s``), then
+creates the seeded mix of ``e2e.fleet_scale.mix`` in steps (D = 100, 250,
+500 by default) and records per step: time until all D are phase Ready, the
+time of ONE more deployment whose profile is already cached, the operator's
+requests per minute by verb at steady state (from the
 API server's audit log, the operator's ServiceAccount), writes per idle
 reconcile (the operator's reconcile counter, in an idle window that holds
 full resyncs: the operator runs with ``--resync-seconds``, 60 here, and the
