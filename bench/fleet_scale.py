@@ -389,12 +389,13 @@ def main(argv: list[str] | None = None) -> int:
                     raise
             if i % 250 == 0:
                 say(f"nodes: {i}/{len(manifests)} created")
-        cluster.wait_nodes_ready(api, [n["metadata"]["name"] for n in manifests], timeout=600)
+        names = [n["metadata"]["name"] for n in manifests]
+        cluster.wait_nodes_ready(api, names, timeout=600)
         doc["nodes_ready_s"] = round(time.monotonic() - t0, 1)
         say(f"{len(manifests)} nodes Ready")
         # Deployments go to a fleet the scheduler can use: a pod refused for the
         # not-ready taints waited up to the 5-minute unschedulable-queue flush.
-        cluster.wait_nodes_schedulable(api, [n["metadata"]["name"] for n in manifests])
+        cluster.wait_nodes_schedulable(api, names)
         doc["nodes_schedulable_s"] = round(time.monotonic() - t0, 1)
         say(f"{len(manifests)} nodes schedulable (no lifecycle taint)")
         for ns in mix.namespaces(args.namespaces):

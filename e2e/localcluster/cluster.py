@@ -182,10 +182,7 @@ def register_fleet(api: KubeApi, spec: str) -> list[str]:
 
 def _all_ready(api: KubeApi, names: list[str]) -> bool:
     ready = {
-        node["metadata"]["name"]
-        for node in api.items(paths.path("Node"))
-        for c in node.get("status", {}).get("conditions", [])
-        if c["type"] == "Ready" and c["status"] == "True"
+        node["metadata"]["name"] for node in api.items(paths.path("Node")) if fleet.ready(node)
     }
     return ready.issuperset(names)
 

@@ -120,6 +120,14 @@ def fleet_manifests(pools: list[Pool]) -> list[dict[str, Any]]:
     return [node_manifest(pool, i) for pool in pools for i in range(pool.nodes)]
 
 
+def ready(node: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is True (KWOK's node-initialize stage sets it)."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
 LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
 """Taints the node lifecycle controller (and the kubelet) put on a node that is not yet,
 or no longer, fit for pods: not-ready, unreachable, network-unavailable, ..."""
@@ -130,10 +138,6 @@ def schedulable(node: Mapping[str, Any]) -> bool:
     Ready. At 2,000 registering nodes the controller lifts the not-ready taints minutes
     after KWOK sets Ready, and a pod refused meanwhile can wait in the scheduler's
     unschedulable queue for its 5-minute flush (the fleet bench's first step did)."""
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (node.get("status") or {}).get("conditions") or []
-    )
     taints = (node.get("spec") or {}).get("taints") or []
     tainted = any(str(t.get("key", "")).startswith(LIFECYCLE_TAINT_PREFIX) for t in taints)
-    return ready and not tainted
+    return ready(node) and not tainted
