@@ -4,9 +4,14 @@
 #                  status, the dashboards drawn to PNGs from the live Prometheus; torn down
 #                  after (KEEP=1: left up, the export lines to use it printed)
 #   make bench  -- the simulator benchmark (modelled figures) and the policies' per-step cost
-#   make test   -- install everything the suite needs (the project's .venv, vLLM's
-#                  CPU venv with torch, the control plane's binaries), then lint,
-#                  type-check, check the layers and run every test: none skips
+#   make test   -- the per-change tier (15 min warm on 2 cores): install everything
+#                  the suite needs (the project's .venv, vLLM's CPU venv with torch, the
+#                  control plane's binaries), then lint, type-check, check the layers
+#                  and run every test not in the nightly tier: none skips
+#   make nightly -- the rest (conftest.py's TIER_BY_NODEID): the full chaos matrix,
+#                  1,000 fuzzed specs, benchmark-grade runs; 80 min
+# Both tiers run pytest under scripts/memcap (TEST_MEMCAP, 12G) and record their
+# durations and JUnit under $SPECDEPLOY_CACHE/reports/<tier>/ (tests/tier_report.py).
 # Everything installs into .venv and ~/.cache/specdeploy (or $SPECDEPLOY_CACHE);
 # exact versions come from constraints/ (make lock regenerates them).
 
@@ -17,7 +22,7 @@ CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
 .PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale bench-capacity bench-fleet \
-	crds cluster-up cluster-down clean fuzz chaos
+	crds cluster-up cluster-down clean fuzz chaos nightly
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,8 +72,17 @@ cluster-bins:
 cluster: $(STAMP) cluster-bins
 	$(BIN)/pytest -m cluster
 
+# The two tiers (CONTRIBUTING.md, "Tests"): a leak or a runaway fixture is killed at
+# TEST_MEMCAP and fails the run, never the machine.
+TEST_MEMCAP ?= 12G
+TIER_PYTEST = scripts/memcap --max $(TEST_MEMCAP) $(BIN)/pytest
+
 test: lint typecheck layers vllm-venv cluster-bins
-	$(BIN)/pytest
+	SPECDEPLOY_TIER=per-change $(TIER_PYTEST) -m "not nightly"
+
+# Needs no lint: the per-change tier of the same commit ran it.
+nightly: $(STAMP) vllm-venv cluster-bins
+	SPECDEPLOY_TIER=nightly SPECDEPLOY_FUZZ_SPECS=1000 $(TIER_PYTEST) -m nightly
 
 # Modelled benchmarks (the simulator's, once `make demo`) and the policies' per-step cost
 # (no vLLM; bench/README.md lists the CPU measurements that need the vLLM venv and a

@@ -17,6 +17,10 @@ Nothing skips by default: a missing prerequisite fails its tests with the
 command that installs it. ``SPECDEPLOY_TEST_SKIP=vllm,slow,cluster`` (any
 of those markers, comma-separated) is the one explicit opt-out, for a quick
 local run; CI never sets it. ``make unit`` selects ``-m unit`` instead.
+
+Two tiers: ``tests/tiers.py``'s table sends some tests to ``make nightly``
+(marker ``nightly``); ``make test`` runs the rest. ``tests/tier_report.py``
+records each tier run's durations, JUnit and peak memory.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+from tests.tiers import NIGHTLY, tier_of
+
+pytest_plugins = ["tests.tier_report"]
 
 ROOT = Path(__file__).resolve().parent
 MARKERS_BY_FOLDER: dict[str, tuple[str, ...]] = {
@@ -38,6 +46,7 @@ MARKERS_BY_FOLDER: dict[str, tuple[str, ...]] = {
     "tests/alerts": ("cluster",),
 }
 OPT_OUT = "SPECDEPLOY_TEST_SKIP"
+
 
 # No per-example deadline: timing belongs in bench/, and a loaded 2-core CI
 # box made a 20 ms example take 4 s. Under CI the examples are derandomized
@@ -74,6 +83,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         for marker in markers:
             item.add_marker(getattr(pytest.mark, marker))
+        if tier_of(item.nodeid) == NIGHTLY:
+            item.add_marker(pytest.mark.nightly)
         if skipped & set(markers):
             item.add_marker(
                 pytest.mark.skip(reason=f"opted out by {OPT_OUT}={os.environ[OPT_OUT]}")

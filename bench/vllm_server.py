@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from specdeploy.runtime.profiler.vllm_backend import cpu_dtype
+
 ADDON = "specdeploy.runtime.vllm_addon.scheduler_factory"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -110,7 +112,7 @@ def engine_command(
     cmd = [
         *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model),
         *("--served-model-name", "smollm2", "--port", str(port), "--host", "127.0.0.1"),
-        *("--dtype", "bfloat16", "--max-model-len", "2048", "--max-num-seqs", "16"),
+        *("--dtype", cpu_dtype(), "--max-model-len", "2048", "--max-num-seqs", "16"),
         *("--enforce-eager", "--gpu-memory-utilization", "0.5"),
     ]
     if speculative is not None:

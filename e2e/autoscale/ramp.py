@@ -28,6 +28,7 @@ from e2e.localcluster import cluster, metrics_adapter, service_url
 from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
 from e2e.tests.cluster.test_loop import plain_spec
+from e2e.time_scale import scaled
 from specdeploy.operator.scaling import capacity_of
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.profile import parse_profile
@@ -199,7 +200,9 @@ def run_ramp(local: cluster.Cluster, admin: KubeApi, namespace: str, mode: str, 
             load = ramp_load(url, load_json)
             if load.wait(timeout=300) != 0:
                 raise AssertionError(f"specdeploy load failed: see {load_json}")
-            wait_for(lambda: timeline.replicas() == 1, what="the pool back at 1", timeout=40)
+            wait_for(
+                lambda: timeline.replicas() == 1, what="the pool back at 1", timeout=scaled(40)
+            )
         rows = [r for r in timeline.rows if "error" not in r]
     (out / f"timeline-{mode}.json").write_text(json.dumps(rows))
     return Ramp(mode, target_ms, rows, load_started, load_json)

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from e2e.time_scale import scaled
 from specdeploy.operator.api import KIND
 from specdeploy.operator.builders.common import (
     COMPONENT_LABEL,
@@ -134,9 +135,10 @@ def orphans(children: Mapping[str, Sequence[Obj]], parent_uids: Iterable[str]) -
     return Check("I3", not found, ", ".join(sorted(found)) or "none", len(found))
 
 
-def convergence(
-    seconds: float | None, *, bound: float = CONVERGENCE_BOUND_S, why: str = ""
-) -> Check:
+def convergence(seconds: float | None, *, bound: float | None = None, why: str = "") -> Check:
+    """I4: converged within ``bound`` (default ``CONVERGENCE_BOUND_S``, times the time scale)."""
+    if bound is None:
+        bound = scaled(CONVERGENCE_BOUND_S)
     if seconds is None:
         return Check("I4", False, f"not converged within the wait ({why})")
     ok = seconds <= bound

@@ -58,7 +58,6 @@ class Scenario:
     id: str
     title: str
     stage: Callable[[Lab, str], Staged]
-    per_pr: bool = False
 
 
 @dataclass
@@ -619,14 +618,13 @@ C1B_WRITES = C1B_CHILD_WRITES + 2
 
 
 def matrix() -> list[Scenario]:
-    """Every scenario; ``per_pr`` marks the subset ``test_chaos.py`` runs in ``make test``."""
-    found = [Scenario("C0", "baseline: no fault (oracle self-check)", c0_baseline, per_pr=True)]
+    """Every scenario (``make test`` runs the two that conftest.py's tier table names)."""
+    found = [Scenario("C0", "baseline: no fault (oracle self-check)", c0_baseline)]
     found += [
         Scenario(
             f"C1a-n{n}",
             f"SIGKILL after write {n} of the first reconcile",
             c1a(n),
-            per_pr=n == 3,
         )
         for n in range(1, C1A_WRITES + 1)
     ]
@@ -635,7 +633,6 @@ def matrix() -> list[Scenario]:
             f"C1b-n{n}",
             f"SIGKILL after write {n} of the profile-landed reconcile",
             c1b(n),
-            per_pr=n == 2,
         )
         for n in range(1, C1B_WRITES + 1)
     ]
@@ -644,7 +641,6 @@ def matrix() -> list[Scenario]:
             "C2-apiserver",
             "kube-apiserver SIGKILL, down 10 s, Ready",
             c2_component("kube-apiserver", 10),
-            per_pr=True,
         ),
         Scenario(
             "C2-apiserver-60s",
@@ -656,9 +652,7 @@ def matrix() -> list[Scenario]:
             "kube-apiserver SIGKILL 10 s mid-profiling",
             c2_apiserver_profiling,
         ),
-        Scenario(
-            "C2-etcd", "etcd SIGKILL, down 10 s, Ready", c2_component("etcd", 10), per_pr=True
-        ),
+        Scenario("C2-etcd", "etcd SIGKILL, down 10 s, Ready", c2_component("etcd", 10)),
         Scenario(
             "C18", "controller-manager SIGKILL 20 s while the Job completes", c18_controller_manager
         ),
@@ -671,14 +665,11 @@ def matrix() -> list[Scenario]:
             "C9-node",
             "serving node deleted, re-registered (discovery)",
             c9_node_removed,
-            per_pr=True,
         ),
         Scenario("C9-alloc0", "allocatable GPUs 0 for 10 s (discovery)", c9_allocatable_zero),
         Scenario("C8", "profiling pod evicted (Eviction API)", c8_evicted),
         Scenario("C10", "SpeculationProfile deleted by hand while Ready", c10_profile_deleted),
-        Scenario(
-            "C11-cm-edit", "table ConfigMap edited by hand", c11_configmap_edited, per_pr=True
-        ),
+        Scenario("C11-cm-edit", "table ConfigMap edited by hand", c11_configmap_edited),
         Scenario("C11-cm-delete", "table ConfigMap deleted by hand", c11_configmap_deleted),
         Scenario(
             "C11-dep-edit", "serving Deployment template edited by hand", c11_deployment_edited
@@ -688,7 +679,6 @@ def matrix() -> list[Scenario]:
             "C7",
             "profiler RoleBinding deleted by hand (unwatched kind)",
             c7_rolebinding_deleted,
-            per_pr=True,
         ),
         Scenario("C3-503", "every write 503 for 30 s", c3_errors),
         Scenario("C3-429", "429 with Retry-After: 20", c3_retry_after),

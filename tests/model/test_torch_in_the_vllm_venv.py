@@ -15,6 +15,10 @@ import pytest
 
 from tests.paths import ROOT
 
+# Engine boots and model loads: about a minute each on an AVX-512 BF16 CPU, several on
+# one without it (CONTRIBUTING.md, "Tests"); the module's first test also pays for them.
+pytestmark = pytest.mark.timeout(900)
+
 CASES = sorted((ROOT / "tests" / "model" / "torch").glob("*.py"))
 
 

@@ -20,6 +20,10 @@ from specdeploy.runtime.profile import SpeculationProfile, parse_profile
 from specdeploy.runtime.schedule import schedule_problems
 from tests.conftest import VenvRunner
 
+# Engine boots and model loads: about a minute each on an AVX-512 BF16 CPU, several on
+# one without it (CONTRIBUTING.md, "Tests"); the module's first test also pays for them.
+pytestmark = pytest.mark.timeout(900)
+
 
 @pytest.fixture(scope="module")
 def measured(

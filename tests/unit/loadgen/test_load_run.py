@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from e2e.time_scale import scaled
 from specdeploy.cli.loadgen.config import LoadConfig
 from specdeploy.cli.loadgen.request import WORKLOAD_HEADER
 from specdeploy.cli.loadgen.runner import LoadRun, LoadRunner
@@ -65,14 +66,15 @@ def test_duration_bounds_when_requests_start(fake: FakeOpenAI) -> None:
     assert run.stopped_by == "duration"
     assert len(fake.received) == run.sent >= 4
     assert max(r.start_s for r in run.results) < 0.4
-    assert 0.4 <= run.elapsed_s < 0.4 + 0.5  # the last requests finish (about 0.05 s each)
+    # the last requests finish (about 0.05 s each)
+    assert 0.4 <= run.elapsed_s < 0.4 + scaled(0.5)
 
 
 def test_requests_in_flight_at_the_deadline_are_bounded_by_the_timeout(fake: FakeOpenAI) -> None:
     fake.script(lambda _n: Script(fail="hang", hang_s=5.0))
     run = _run(fake, concurrency=2, duration_s=0.1, max_requests=100, timeout_s=0.3)
     assert run.sent == 2 and _reasons(run) == {0: "timeout", 1: "timeout"}
-    assert run.elapsed_s < 0.1 + 0.3 + 0.5
+    assert run.elapsed_s < 0.1 + 0.3 + scaled(0.5)
 
 
 def test_failures_are_counted_by_kind(fake: FakeOpenAI) -> None:
@@ -100,8 +102,8 @@ def test_ttft_and_tpot_match_the_servers_delays(fake: FakeOpenAI) -> None:
     for result in run.results:
         m = result.measured
         assert m.ok and m.output_tokens == 6 and m.tokens_from == "usage"
-        assert m.ttft_s is not None and 0.147 <= m.ttft_s < 0.15 + 0.1
-        assert m.tpot_s is not None and 0.039 <= m.tpot_s < 0.04 + 0.02
+        assert m.ttft_s is not None and 0.147 <= m.ttft_s < 0.15 + scaled(0.1)
+        assert m.tpot_s is not None and 0.039 <= m.tpot_s < 0.04 + scaled(0.02)
         assert m.latency_s >= 0.15 + 5 * 0.04
 
 

@@ -91,10 +91,18 @@ def test_a_malformed_engine_argument_is_a_deterministic_failure() -> None:
     assert err.value.exit_code == 2
 
 
-def test_auto_dtype_is_bfloat16_on_a_cpu_only() -> None:
-    assert vb.resolve_dtype("auto", on_cpu=True) == "bfloat16"
+def test_auto_dtype_is_the_cpus_own_on_a_cpu_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vb, "cpu_dtype", lambda: "float32")
+    assert vb.resolve_dtype("auto", on_cpu=True) == "float32"
     assert vb.resolve_dtype("auto", on_cpu=False) == "auto"
-    assert vb.resolve_dtype("float32", on_cpu=True) == "float32"
+    assert vb.resolve_dtype("bfloat16", on_cpu=True) == "bfloat16"
+
+
+def test_a_cpu_runs_bfloat16_only_with_native_bfloat16_arithmetic() -> None:
+    assert vb.cpu_dtype({"avx512f", "avx512_bf16"}) == "bfloat16"
+    assert vb.cpu_dtype({"avx512f", "amx_bf16"}) == "bfloat16"
+    assert vb.cpu_dtype({"avx512f", "avx2"}) == "float32"
+    assert vb.cpu_dtype(set()) == "float32"
 
 
 def test_a_missing_model_folder_is_model_not_found() -> None:
