@@ -8,7 +8,7 @@
 #                  the suite needs (the project's .venv, vLLM's CPU venv with torch, the
 #                  control plane's binaries), then lint, type-check, check the layers
 #                  and run every test not in the nightly tier: none skips
-#   make nightly -- the rest (conftest.py's TIER_BY_NODEID): the full chaos matrix,
+#   make nightly -- the rest (tests/tiers.py's table): the full chaos matrix,
 #                  1,000 fuzzed specs, benchmark-grade runs; 80 min
 # Both tiers run pytest under scripts/memcap (TEST_MEMCAP, 12G) and record their
 # durations and JUnit under $SPECDEPLOY_CACHE/reports/<tier>/ (tests/tier_report.py).
@@ -82,7 +82,7 @@ test: lint typecheck layers vllm-venv cluster-bins
 
 # Needs no lint: the per-change tier of the same commit ran it.
 nightly: $(STAMP) vllm-venv cluster-bins
-	SPECDEPLOY_TIER=nightly SPECDEPLOY_FUZZ_SPECS=1000 $(TIER_PYTEST) -m nightly
+	SPECDEPLOY_TIER=nightly $(TIER_PYTEST) -m nightly
 
 # Modelled benchmarks (the simulator's, once `make demo`) and the policies' per-step cost
 # (no vLLM; bench/README.md lists the CPU measurements that need the vLLM venv and a
@@ -98,9 +98,6 @@ bench: $(STAMP)
 bench-capacity: $(STAMP)
 	nice $(BIN)/python bench/autoscale_capacity.py --out bench/results
 
-# The chaos matrix (e2e/chaos, review §5.3) on a cluster of its own: every scenario, judged
-# by the invariants I1-I7, recorded in bench/results/chaos.{json,md}. About 30-60 min on
-# 2 cores; STEADY= shortens the steady-state window (I5, default 120 s).
 # Autoscaling under a load ramp on a local cluster of its own (modes operator and hpa):
 # bench/results/autoscale_ramp.json and a PNG per mode (load, replicas, K over time).
 bench-autoscale: $(STAMP) cluster-bins
@@ -111,6 +108,9 @@ bench-autoscale: $(STAMP) cluster-bins
 bench-fleet: $(STAMP) cluster-bins
 	nice $(BIN)/python bench/fleet_scale.py --out bench/results $(if $(LABEL),--label $(LABEL))
 
+# The chaos matrix (e2e/chaos, review §5.3) on a cluster of its own: every scenario, judged
+# by the invariants I1-I7, recorded in bench/results/chaos.{json,md}. About 30-60 min on
+# 2 cores; STEADY= shortens the steady-state window (I5, default 120 s).
 chaos: $(STAMP) cluster-bins
 	$(BIN)/python -m e2e.chaos.runner --out bench/results $(if $(STEADY),--steady-seconds $(STEADY))
 
@@ -119,7 +119,8 @@ crds: $(STAMP)
 	$(BIN)/python -m specdeploy operator crds
 
 # The API fuzz (issue 15 F1, F3): 1,000 generated specs against a local control plane
-# with the operator, recorded in bench/results/fuzz_specs.{json,md} (make test runs 200).
+# with the operator, recorded in bench/results/fuzz_specs.{json,md} (make nightly runs
+# them too, unrecorded; make test replays the saved regressions).
 fuzz: $(STAMP) cluster-bins
 	$(BIN)/python -m e2e.fuzz --specs 1000 --out bench/results
 

@@ -64,7 +64,8 @@ def test_a_ramp_meets_a_server_that_drains_and_goes_away_without_losing_a_reques
     summary, rows = doc["summary"], doc["timeline"]["rows"]
     counts = summary["requests"]
     assert counts["ok"] > 20 and counts["refused"] > 0, counts
-    assert counts["failed"] == counts["timed_out"] == counts["cancelled"] == 0, counts
+    lost = counts["failed"] + counts["timed_out"] + counts["cancelled"]
+    assert lost == 0, f"lost {lost}; by reason: {counts['by_reason']}"
     assert exit_code(summary) == 0
     assert summary["max_in_flight"] == 6 and summary["elapsed_s"] < 2.8 + scaled(1.0)
     # the stop is timed from before the run's own start: a bucket's margin either side

@@ -8,6 +8,7 @@ restate the classification.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import socket
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from specdeploy.cli import main
+from specdeploy.cli.loadgen.client import connect_reason
 from specdeploy.cli.loadgen.config import LoadConfig
 from specdeploy.cli.loadgen.results import OUTCOMES, outcome
 from specdeploy.cli.loadgen.runner import LoadRun, LoadRunner
@@ -117,3 +119,20 @@ def test_the_exit_code_reports_failures_and_timeouts_not_refusals(
     counts = doc["summary"]["requests"]
     assert sum(counts[c] for c in OUTCOMES) == counts["sent"] == 6
     assert [r["outcome"] for r in doc["rows"]].count("ok") == counts["ok"]
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        (errno.ECONNREFUSED, "refused"),  # nothing listens
+        (errno.ECONNRESET, "reset"),  # the listener closed with the connection queued
+        (errno.EHOSTUNREACH, "connect"),
+        (None, "connect"),
+    ],
+)
+def test_a_connect_that_the_server_refused_or_reset_is_retriable_and_others_fail(
+    code: int | None, reason: str
+) -> None:
+    error = OSError(code, "Connect call failed") if code is not None else OSError("no errno")
+    assert connect_reason(error) == reason
+    assert outcome(reason) == ("failed" if reason == "connect" else "refused")
