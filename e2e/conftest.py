@@ -16,6 +16,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -114,10 +115,10 @@ def _wait_exists(admin: KubeApi, path: str) -> None:
     wait_for(lambda: admin.get_or_none(path), what=f"{path} to exist", timeout=30)
 
 
-@pytest.fixture
-def namespace(admin: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace that pods can be created in at once."""
-    name = _namespace_name(request.node.name)
+@contextmanager
+def fresh_namespace(admin: KubeApi, test_name: str) -> Iterator[str]:
+    """A new namespace that pods can be created in at once, deleted on exit."""
+    name = _namespace_name(test_name)
     admin.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     # The ServiceAccount admission plugin rejects pods until the SA controller
     # has made `default`; the ServiceAccount volume needs the root CA ConfigMap.
@@ -129,3 +130,17 @@ def namespace(admin: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
     except ApiError as err:
         if err.status != 404:
             raise
+
+
+@pytest.fixture
+def namespace(admin: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test."""
+    with fresh_namespace(admin, request.node.name) as name:
+        yield name
+
+
+@pytest.fixture(scope="module")
+def module_namespace(admin: KubeApi, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace shared by a module's tests (one deployment that several tests read)."""
+    with fresh_namespace(admin, Path(str(request.node.path)).stem) as name:
+        yield name

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from e2e.chaos import faults, identity, tls
-from e2e.chaos.oracle import Env
+from e2e.chaos.oracle import TELEMETRY_INTERVAL_S, Env
 from e2e.chaos.proxy import FaultProxy
 from e2e.localcluster import cluster as cluster_mod
 from e2e.localcluster import processes
@@ -52,7 +52,7 @@ def example(name: str = NAME, *, hold: str | None = None, discovery: bool = Fals
     """
     body: Obj = yaml.safe_load(EXAMPLE.read_text())
     body["metadata"]["name"] = name
-    body["spec"]["telemetry"] = {"interval": "10s"}
+    body["spec"]["telemetry"] = {"interval": f"{TELEMETRY_INTERVAL_S}s"}
     selector = {} if hold is None else {hold: "true"}
     if discovery:
         selector["nvidia.com/gpu.product"] = GPU

@@ -33,10 +33,13 @@ from specdeploy.operator.reconcile import utc_now
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]
-QUIET_S = 25.0
-"""Longer than two telemetry intervals of the scenarios' deployments (``lab``: 10 s): after
-a restart the loop's pool health moves Unknown (SeriesPending) to a verdict one interval
-later, a real change written then; a shorter quiet took that for steady-state writes."""
+TELEMETRY_INTERVAL_S = 10
+"""The telemetry interval of the scenarios' deployments (``lab.example``): the operator's
+shortest (``telemetry.interval.MIN_SECONDS``; a shorter spec is clamped to it)."""
+QUIET_S = 2.5 * TELEMETRY_INTERVAL_S
+"""Longer than two telemetry intervals of the scenarios' deployments: after a restart the
+loop's pool health moves Unknown (SeriesPending) to a verdict one interval later, a real
+change written then; a shorter quiet took that for steady-state writes."""
 CONVERGE_WAIT_S = 150.0
 """How long the oracle waits before it calls a scenario unconverged (beyond the 60 s bound,
 so that a slow convergence is measured rather than cut off)."""

@@ -23,7 +23,9 @@ from e2e.chaos.scenarios import Scenario, matrix, run
 from e2e.conftest import FLEET
 from e2e.localcluster import cluster
 
-STEADY_S = 20.0
+STEADY_S = 10.0
+"""One telemetry interval of the lab's deployments (``oracle.TELEMETRY_INTERVAL_S``): a
+write the loop repeats each interval shows in it."""
 MATRIX = matrix()
 
 
