@@ -71,7 +71,7 @@ from e2e.localcluster.fleet import DEFAULT_SPEC, parse_fleet
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.deployment import ServingPool, allowed_k, vllm_args
 from specdeploy.operator.builders.job import profiler_args
-from specdeploy.operator.fingerprint import pool_fingerprint
+from specdeploy.operator.pool.fingerprint import pool_fingerprint
 from specdeploy.runtime.capacity import Capacity, replica_capacity
 from specdeploy.runtime.contract import PodEnv, Policy, PoolTable
 from specdeploy.runtime.goodput import acceptance_lengths

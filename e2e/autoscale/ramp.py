@@ -29,7 +29,7 @@ from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
 from e2e.tests.cluster.test_loop import plain_spec
 from e2e.time_scale import scaled
-from specdeploy.operator.scaling import capacity_of
+from specdeploy.operator.pool.scaling import capacity_of
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.profile import parse_profile
 from specdeploy.runtime.schedule import derive_schedule

@@ -29,7 +29,7 @@ from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.cluster import Cluster
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.waiting import wait_for
-from specdeploy.operator.decide import Config
+from specdeploy.operator.config import Config
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]

@@ -25,11 +25,11 @@ from e2e.localcluster.cluster import Cluster
 from e2e.localcluster.kubeapi import KubeApi
 from specdeploy.operator import k8s
 from specdeploy.operator.builders.common import MANAGED_BY
-from specdeploy.operator.decide import Config, decide
+from specdeploy.operator.config import Config, utc_now
+from specdeploy.operator.decide import decide
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import CHILD_KINDS, OPTIONAL_KINDS
 from specdeploy.operator.plan import plan_children
-from specdeploy.operator.reconcile import utc_now
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]

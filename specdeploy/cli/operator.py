@@ -162,7 +162,7 @@ def _port(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specdeploy.operator.decide import Config
+    from specdeploy.operator.config import Config
     from specdeploy.operator.main import run
 
     config = Config(profiler_image=args.profiler_image) if args.profiler_image else Config()

@@ -13,7 +13,7 @@ from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.builders.deployment import ServingPool, serving_deployment
 from specdeploy.operator.builders.job import ProfilingJob, profiling_job
-from specdeploy.operator.fingerprint import pool_fingerprint
+from specdeploy.operator.pool.fingerprint import pool_fingerprint
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 PARENT = Parent(name="chat", namespace="ml", uid="u-1")

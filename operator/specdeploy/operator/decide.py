@@ -1,18 +1,17 @@
 """The decision: (SpeculativeDeployment, observed state) -> desired children and status.
 
-Pure and level-triggered: it looks only at what exists now, never at what
-happened, so running it twice, after a watch restart or after the
-operator's own restart, decides the same thing. Per pool:
-
-1. policies ``off`` and ``fixed`` need no profile: serving straight away
-   (``serving``);
-2. otherwise the pool's fingerprint names its SpeculationProfile, which is
-   reused or profiled by one shared Job (``profiling``), and serving starts
-   once a usable table is in hand.
+Pure and level-triggered: it looks only at what exists now (and at the
+operator's ``Memory``: the telemetry interval just read, the autoscaler's
+state), never at what happened, so running it twice, after a watch restart
+or after the operator's own restart, decides the same thing. Per pool it
+runs ``pool.pipeline.decide_pool`` (profile state -> table -> floor ->
+live -> scale -> children -> outcome); around the pools it validates the
+spec, judges telemetry's health and writes the model Service and the
+status.
 
 An invalid spec gets no new children, and keeps whatever it already has:
-an invalid update never takes down what serves. Shared types and helpers
-live in ``context``; manifest hashes in ``manifests``.
+an invalid update never takes down what serves. Manifest hashes live in
+``manifests``.
 """
 
 from __future__ import annotations
@@ -21,30 +20,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.operator.api import Phase, Policy, SpeculativeDeploymentSpec
-from specdeploy.operator.autoscale import ScaleState
+from specdeploy.operator.api import Policy, SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.builders.service import model_service, service_endpoint
-from specdeploy.operator.context import (
-    DEFAULT_CONFIG,
-    Config,
-    Context,
-    PoolPlan,
-    conflict,
-    keep_previous,
-    pool_status,
-)
+from specdeploy.operator.config import DEFAULT_CONFIG, Config
 from specdeploy.operator.discovery import gpu_inventory
 from specdeploy.operator.manifests import Ref, ref_of, with_applied_hash
 from specdeploy.operator.naming import label_value, service_name
 from specdeploy.operator.observed import Observed, owner_uids
-from specdeploy.operator.pools import Pool, plan_pools
-from specdeploy.operator.profiling import profiled_pool
-from specdeploy.operator.serving import Table, serve
+from specdeploy.operator.pool.autoscale import ScaleState
+from specdeploy.operator.pool.context import NO_MEMORY, Context, Memory
+from specdeploy.operator.pool.outcome import conflict
+from specdeploy.operator.pool.pipeline import decide_pool
+from specdeploy.operator.pool.pools import plan_pools
 from specdeploy.operator.status import (
     EventSpec,
-    PoolOutcome,
-    Profiling,
     compose,
     invalid,
     name_taken,
@@ -55,7 +45,7 @@ from specdeploy.operator.telemetry.health import Health, tables_condition, telem
 from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
 from specdeploy.operator.validation import validate
 
-__all__ = ["DEFAULT_CONFIG", "Config", "Decision", "decide", "decide_pool"]
+__all__ = ["Decision", "decide"]
 
 
 @dataclass(frozen=True)
@@ -76,21 +66,6 @@ class Decision:
     events: tuple[EventSpec, ...] = ()
     scale: Mapping[str, ScaleState] = field(default_factory=dict)
     """The autoscaler's state per pool (GPU type) after this decision, for the next one."""
-
-
-def decide_pool(ctx: Context, pool: Pool) -> PoolPlan:
-    problem = pool.placement_problem()
-    if problem is not None:
-        outcome = PoolOutcome(pool_status(pool, Phase.FAILED, problem), Profiling.NOT_NEEDED)
-        return PoolPlan(outcome, keep=keep_previous(ctx, pool))
-    policy = ctx.spec.speculation.policy
-    if policy is Policy.OFF:
-        return serve(ctx, pool, Table(None, None, None, Profiling.NOT_NEEDED))
-    if policy is Policy.FIXED:
-        # One range from batch size 1: vLLM gives every larger batch the last K.
-        fixed = ((1, 1, ctx.spec.speculation.fixed_k or 0),)
-        return serve(ctx, pool, Table(fixed, None, None, Profiling.NOT_NEEDED))
-    return profiled_pool(ctx, pool)
 
 
 # --- telemetry -------------------------------------------------------------
@@ -117,7 +92,7 @@ def _expected_pools(
 
 def _health(
     spec: SpeculativeDeploymentSpec,
-    observed: Observed,
+    memory: Memory,
     previous: Mapping[str, Mapping[str, Any]],
     old_status: Mapping[str, Any] | None,
     config: Config,
@@ -128,7 +103,7 @@ def _health(
         interval = 60.0  # the CRD's pattern admits nothing else; an old object may
     return telemetry_health(
         url=spec.telemetry.prometheus_url or config.prometheus_url,
-        report=observed.telemetry,
+        report=memory.telemetry,
         expected=_expected_pools(spec, previous),
         interval_seconds=interval,
         stale_intervals=config.telemetry.stale_intervals,
@@ -156,9 +131,15 @@ def _owned_refs(parent: Parent, observed: Observed) -> frozenset[Ref]:
 
 
 def decide(
-    body: Mapping[str, Any], observed: Observed, *, now: str, config: Config = DEFAULT_CONFIG
+    body: Mapping[str, Any],
+    observed: Observed,
+    *,
+    now: str,
+    config: Config = DEFAULT_CONFIG,
+    memory: Memory = NO_MEMORY,
 ) -> Decision:
-    """Everything one reconcile should make true, from the object and the observed state."""
+    """Everything one reconcile should make true, from the object, the observed state and
+    what the operator remembers (``memory``, passed beside ``observed``)."""
     parent = Parent.of(body)
     old_status = body.get("status") or None
     verdict = validate(body.get("spec"))
@@ -178,9 +159,16 @@ def decide(
         return Decision(keep=_owned_refs(parent, observed), status=status, events=events)
     spec = verdict.spec
     previous = _previous_pools(old_status)
-    health = _health(spec, observed, previous, old_status, config)
+    health = _health(spec, memory, previous, old_status, config)
     ctx = Context(
-        parent, spec, observed, config, previous=previous, windows=health.windows, now=now
+        parent,
+        spec,
+        observed,
+        config,
+        memory=memory,
+        previous=previous,
+        windows=health.windows,
+        now=now,
     )
     pools = plan_pools(spec, gpu_inventory(observed.nodes, spec.node_selector))
     plans = [decide_pool(ctx, pool) for pool in pools]

@@ -43,10 +43,10 @@ import kopf
 from specdeploy.operator import k8s
 from specdeploy.operator.api import GROUP, KIND, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
 from specdeploy.operator.builders.common import MANAGED_BY
-from specdeploy.operator.decide import DEFAULT_CONFIG, Config
+from specdeploy.operator.config import DEFAULT_CONFIG, Clock, Config, utc_now
 from specdeploy.operator.discovery import node_signature, selector_keys
 from specdeploy.operator.metrics import OperatorMetrics, Outcome
-from specdeploy.operator.reconcile import Clock, ScaleMemory, reconcile_once, utc_now
+from specdeploy.operator.reconcile import ScaleMemory, reconcile_once
 from specdeploy.operator.telemetry.loop import TelemetryLoop
 from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.operator.watch_cache import WatchCache, slim

@@ -24,7 +24,7 @@ from pathlib import Path
 import kopf
 
 from specdeploy.operator import k8s, leader, standby
-from specdeploy.operator.decide import Config
+from specdeploy.operator.config import Config
 from specdeploy.operator.handlers import Reconciler, register, register_login, watch_cache
 from specdeploy.operator.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
 from specdeploy.operator.telemetry.loop import TelemetryLoop

@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.job import CONTAINER as PROFILER_CONTAINER
-from specdeploy.operator.telemetry.window import TelemetryReport
+from specdeploy.runtime.contract import PodEnv
 from specdeploy.runtime.profile import ProfileError, SpeculationProfile, parse_profile
 from specdeploy.runtime.profiler.job_contract import DETERMINISTIC_EXIT_CODES
 
@@ -51,12 +50,6 @@ class Observed:
     profiles: Mapping[str, Obj] = field(default_factory=dict)
     children: Mapping[str, Mapping[str, Obj]] = field(default_factory=dict)
     job_pods: Mapping[str, Sequence[Obj]] = field(default_factory=dict)
-    telemetry: TelemetryReport | None = None
-    """The telemetry loop's latest interval for this deployment, when it just ran."""
-    scale: Mapping[str, ScaleState] = field(default_factory=dict)
-    """The autoscaler's in-memory state per pool (GPU type), kept by the reconciler."""
-    monotonic: float = 0.0
-    """The reconciler's monotonic clock now (the autoscaler's windows are measured on it)."""
 
     def child(self, kind: str, name: str) -> Obj | None:
         return self.children.get(kind, {}).get(name)
@@ -65,6 +58,30 @@ class Observed:
 def owner_uids(obj: Obj) -> list[str]:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
     return [str(r.get("uid")) for r in refs]
+
+
+# --- pool Deployments ----------------------------------------------------
+
+
+def current_replicas(deployment: Obj | None) -> int | None:
+    """The pool Deployment's ``spec.replicas`` now (None: no Deployment yet)."""
+    if deployment is None:
+        return None
+    value = (deployment.get("spec") or {}).get("replicas")
+    return int(value) if isinstance(value, int) else 1  # the API server's default
+
+
+def pods_allowed_k(deployment: Obj | None) -> tuple[int, ...] | None:
+    """The K the Deployment's pods run (their ``SPECDEPLOY_ALLOWED_K``); None: not set."""
+    template = ((deployment or {}).get("spec") or {}).get("template") or {}
+    for container in (template.get("spec") or {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == PodEnv.ALLOWED_K.value:
+                try:
+                    return tuple(sorted({int(k) for k in str(env.get("value")).split(",") if k}))
+                except ValueError:
+                    return None
+    return None
 
 
 # --- profiling Jobs ------------------------------------------------------

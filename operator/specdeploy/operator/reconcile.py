@@ -8,7 +8,6 @@ shape is obvious: read the world (``k8s.gather``), decide purely
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 from collections.abc import Callable, Mapping, MutableMapping
@@ -16,25 +15,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specdeploy.operator import k8s
-from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.common import Parent
-from specdeploy.operator.decide import DEFAULT_CONFIG, Config, decide
+from specdeploy.operator.config import DEFAULT_CONFIG, Clock, Config, utc_now
+from specdeploy.operator.decide import decide
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.plan import event_write, plan_children, status_write
+from specdeploy.operator.pool.autoscale import ScaleState
+from specdeploy.operator.pool.context import Memory
 from specdeploy.operator.status import APPLIED, EventSpec, with_refusals
 from specdeploy.operator.telemetry.window import TelemetryReport
 from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube.requests import Request
 
-Clock = Callable[[], str]
 ScaleMemory = MutableMapping[tuple[str, str], Mapping[str, ScaleState]]
 """The autoscaler's state by (namespace, name), then by pool (GPU type)."""
 log = logging.getLogger("specdeploy.operator")
-
-
-def utc_now() -> str:
-    """RFC 3339 at second precision, as Kubernetes writes times."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -71,13 +66,13 @@ def reconcile_once(
     body, observed = k8s.gather(api, namespace, name, cache=cache, cached_body=cached_body)
     key = (namespace, name)
     remembered = {} if scale is None else scale.get(key, {})
-    observed = replace(observed, telemetry=telemetry, scale=remembered, monotonic=monotonic())
+    memory = Memory(telemetry=telemetry, scale=remembered, monotonic=monotonic())
     if body is None or body["metadata"].get("deletionTimestamp"):
         if scale is not None:
             scale.pop(key, None)
         return Result((), None)  # garbage collection removes the children
     now = clock()
-    decision = decide(body, observed, now=now, config=config)
+    decision = decide(body, observed, now=now, config=config, memory=memory)
     unseen = [
         ref_of(m) for m in (*decision.owned, *decision.shared) if observed.child(*ref_of(m)) is None
     ]
@@ -88,7 +83,7 @@ def reconcile_once(
             for k in {*observed.children, *foreign}
         }
         observed = replace(observed, children=merged)
-        decision = decide(body, observed, now=now, config=config)
+        decision = decide(body, observed, now=now, config=config, memory=memory)
     children = plan_children(body, decision, observed)
     for req in children:
         log.info("%s/%s: %s", namespace, name, req.what)

@@ -17,7 +17,7 @@ import yaml
 from specdeploy.cli import profile as command
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.job import CONTAINER, ProfilingJob, profiling_job
-from specdeploy.operator.fingerprint import pool_fingerprint
+from specdeploy.operator.pool.fingerprint import pool_fingerprint
 from specdeploy.runtime.profiler.exit_codes import ExitCode, failure
 from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE, ENV_SA_DIR
 from specdeploy.runtime.profiler.run import check_options, plan_writers

@@ -19,8 +19,8 @@ import yaml
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.deployment import METRICS_PORT, TABLE_DIR
 from specdeploy.operator.decide import decide
-from specdeploy.operator.fingerprint import pool_fingerprint
 from specdeploy.operator.observed import Observed
+from specdeploy.operator.pool.fingerprint import pool_fingerprint
 from specdeploy.runtime.contract import (
     PROFILE_FILE,
     SCHEDULER_CLS,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from specdeploy.operator.autoscale import (
+from specdeploy.operator.pool.autoscale import (
     Bounds,
     Demand,
     ScaleState,

@@ -10,20 +10,20 @@ import pytest
 from specdeploy.operator.api import (
     AutoscalingMode,
     AutoscalingSpec,
-    PoolLive,
     PoolScaling,
     ScaleLimit,
     SpeculativeDeploymentSpec,
 )
-from specdeploy.operator.autoscale import ScaleState
 from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC, wanted_replicas_query
 from specdeploy.operator.discovery import GpuNodes
 from specdeploy.operator.metrics import pool_scaling
-from specdeploy.operator.pools import Pool
-from specdeploy.operator.scaling import capacity_of, demand_of, pool_scale
+from specdeploy.operator.pool.autoscale import ScaleState
+from specdeploy.operator.pool.pools import Pool
+from specdeploy.operator.pool.scaling import capacity_of, demand_of, pool_scale
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.operator.validation import validate
 from specdeploy.runtime.capacity import Capacity
+from specdeploy.runtime.rederive import live_goodput_grid
 from specdeploy.runtime.schedule import derive_schedule
 from tests.unit.operator.telemetry.fakes import H100, PROFILE_RATES, body, profile_spec, window
 
@@ -72,7 +72,7 @@ def scale(
         shape or pool(),
         profile=PROFILE,
         schedule=SCHEDULE,
-        live=None,
+        goodput=None,
         window=at,
         deployment=None if current is None else deployment(current),
         previous=previous,
@@ -150,7 +150,7 @@ def test_an_unattainable_target_holds_the_count() -> None:
         pool(),
         profile=PROFILE,
         schedule=SCHEDULE,
-        live=None,
+        goodput=None,
         window=loaded(PER_REPLICA * 6),
         deployment=deployment(2),
         previous=None,
@@ -177,21 +177,10 @@ def test_hpa_and_keda_leave_replicas_to_the_scaler_and_report_the_wanted_count(
 
 def test_live_acceptance_changes_the_capacity() -> None:
     collapsed = tuple(r * 0.1 for r in PROFILE_RATES)
-    live = _live(collapsed)
-    worse = capacity_of(PROFILE, SCHEDULE, live, tpot_target_s=TARGET_MS / 1000)
+    grid = live_goodput_grid(PROFILE, collapsed)
+    worse = capacity_of(PROFILE, SCHEDULE, grid, tpot_target_s=TARGET_MS / 1000)
 
     assert worse is not None and worse.tokens_per_second < CAPACITY.tokens_per_second
-
-
-def _live(rates: tuple[float, ...]) -> PoolLive:
-    return PoolLive.model_validate(
-        {
-            "observedAt": "2026-01-01T00:00:00Z",
-            "windowSeconds": 60,
-            "profileDigest": "x",
-            "perPosition": list(rates),
-        }
-    )
 
 
 def test_the_wanted_count_is_served_per_pool_deployment_for_the_scalers() -> None:

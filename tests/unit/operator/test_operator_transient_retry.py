@@ -15,7 +15,7 @@ import pytest
 from specdeploy.operator.decide import decide
 from specdeploy.operator.naming import job_name
 from specdeploy.operator.plan import plan_children
-from specdeploy.operator.profiling import TRANSIENT_ATTEMPTS
+from specdeploy.operator.pool.jobs import TRANSIENT_ATTEMPTS
 from tests.unit.operator.test_operator_reconcile import (
     H100,
     NOW,

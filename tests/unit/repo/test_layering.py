@@ -80,6 +80,24 @@ def _copy(tmp_path: Path) -> Path:
             id="decide-imports-the-layer-above",
         ),
         pytest.param(
+            "operator/specdeploy/operator/pool/table.py",
+            "from specdeploy.operator.pool import scaling",
+            "One pool's decision runs one way",
+            id="the-table-stage-calls-a-later-stage",
+        ),
+        pytest.param(
+            "operator/specdeploy/operator/pool/jobs.py",
+            "def later() -> None:\n    from specdeploy.operator.pool.children import pool_children",
+            "One pool's decision runs one way",
+            id="the-jobs-helper-reaches-the-children-stage-lazily",
+        ),
+        pytest.param(
+            "operator/specdeploy/operator/pool/outcome.py",
+            "from specdeploy.operator import decide",
+            "The operator's layers",
+            id="a-pool-stage-imports-the-deployments-decision",
+        ),
+        pytest.param(
             "runtime/specdeploy/runtime/vllm_addon/metrics.py",
             "import matplotlib",
             "The vLLM add-on (inside vLLM's engine core) loads no",

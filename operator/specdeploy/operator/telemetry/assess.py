@@ -1,6 +1,6 @@
 """One pool's live view from its window, its previous view and its profile. Pure.
 
-Called by the ordinary reconcile (``profiling.profiled_pool``) with the
+Called by the ordinary reconcile (the pool's live stage, ``pool.live``) with the
 window the telemetry loop handed over, if any:
 
 1. no window (no interval yet, Prometheus down, series stale or missing):
@@ -17,6 +17,11 @@ window the telemetry loop handed over, if any:
 4. the new view is recorded only when it moved (the schedule, a flag, the
    streak, or acceptance or cost beyond ``record_tolerance``): a quiet
    interval writes nothing.
+
+Beside the view it returns the goodput grid it priced schedules with: the
+pool's one live cost model for this reconcile, which scaling reuses. With no
+window it is the recorded view's (its acceptance and its pooled cost ratio,
+the only correction a view records).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from specdeploy.operator.api import LiveSource, PoolLive
@@ -40,6 +46,7 @@ from specdeploy.operator.telemetry.estimate import (
 )
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import PoolWindow
+from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
 from specdeploy.runtime.rederive import (
     derive_live_schedule,
@@ -169,15 +176,35 @@ def _record(
     )
 
 
-def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> PoolLive | None:
-    """The pool's live view after this interval (module docstring)."""
+@dataclass(frozen=True)
+class Assessment:
+    """The pool's live view after this interval, and the cost model it was priced with."""
+
+    view: PoolLive | None
+    goodput: FloatArray | None
+    """Goodput per (batch size, K) from live acceptance and live step times (None: no view)."""
+
+
+def recorded_grid(spec: ProfileSpec, view: PoolLive) -> FloatArray:
+    """The goodput grid a recorded view stands for: its acceptance, its pooled cost ratio."""
+    per_position = view.per_position or spec.acceptance.per_position
+    scale = None
+    if view.cost_ratio is not None and view.cost_ratio > 0:
+        scale = np.full(grid_rows(spec), float(view.cost_ratio))
+    return live_goodput_grid(spec, per_position, scale)
+
+
+def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> Assessment:
+    """The pool's live view after this interval, and its cost model (module docstring)."""
     previous = inputs.previous
     if previous is not None and previous.profile_digest != inputs.digest:
         previous = None
         inputs = PoolInputs(**{**inputs.__dict__, "previous": None})
     window = inputs.window
     if window is None:
-        return previous
+        if previous is None:
+            return Assessment(None, None)
+        return Assessment(previous, recorded_grid(inputs.profile, previous))
     spec = inputs.profile
     prior = _prior(spec)
     estimate = estimate_acceptance(window, prior, settings)
@@ -212,5 +239,5 @@ def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> PoolLive | N
         gain=gain,
     )
     if previous is not None and not _moved(previous, record, settings.record_tolerance):
-        return previous
-    return record
+        return Assessment(previous, goodput)
+    return Assessment(record, goodput)

@@ -32,10 +32,10 @@ import aiohttp
 
 from specdeploy.operator import k8s
 from specdeploy.operator.api import KIND, PROFILE_KIND
+from specdeploy.operator.config import Clock, utc_now
 from specdeploy.operator.metrics import OperatorMetrics
 from specdeploy.operator.naming import label_value
 from specdeploy.operator.observed import read_profile
-from specdeploy.operator.reconcile import Clock, utc_now
 from specdeploy.operator.telemetry.assess import profile_digest
 from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
 from specdeploy.operator.telemetry.profile_live import contributions, merged_view, status_patch

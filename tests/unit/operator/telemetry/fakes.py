@@ -15,9 +15,11 @@ import yaml
 
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import APPLIED_HASH
-from specdeploy.operator.decide import Config, Decision, decide
-from specdeploy.operator.fingerprint import pool_fingerprint, profile_name
+from specdeploy.operator.config import Config
+from specdeploy.operator.decide import Decision, decide
 from specdeploy.operator.observed import Observed
+from specdeploy.operator.pool.context import Memory
+from specdeploy.operator.pool.fingerprint import pool_fingerprint, profile_name
 from specdeploy.operator.telemetry.window import PoolWindow, StepTimes, TelemetryReport
 from specdeploy.runtime.profile import parse_profile
 from specdeploy.runtime.schedule import cost_model
@@ -121,7 +123,6 @@ def world(
     deployment: Mapping[str, Any],
     decision: Decision | None = None,
     *,
-    telemetry: TelemetryReport | None = None,
     profile: Mapping[str, Any] | None = None,
 ) -> Observed:
     """The cluster after ``decision`` was applied (its children stored, rollouts done)."""
@@ -138,7 +139,6 @@ def world(
         ],
         profiles={prof["metadata"]["name"]: prof},
         children=children,
-        telemetry=telemetry,
     )
 
 
@@ -164,8 +164,8 @@ def step(
     profile: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Decision]:
     """One reconcile with an interval's report: the body with the new status, and the decision."""
-    obs = world(deployment, before, telemetry=telemetry, profile=profile)
-    decision = decide(deployment, obs, now=now, config=Config())
+    obs = world(deployment, before, profile=profile)
+    decision = decide(deployment, obs, now=now, config=Config(), memory=Memory(telemetry=telemetry))
     return {**deployment, "status": decision.status}, decision
 
 

@@ -6,7 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from specdeploy.operator.decide import Config, decide
+from specdeploy.operator.config import Config
+from specdeploy.operator.decide import decide
 from specdeploy.operator.plan import plan
 from specdeploy.operator.telemetry.assess import PoolInputs, assess_pool, in_force
 from specdeploy.operator.telemetry.settings import TelemetrySettings
@@ -78,7 +79,7 @@ def test_a_quiet_interval_writes_nothing() -> None:
     again = step(
         low_body, low, report(p=window((0.305, 0.2, 0.1, 0.1, 0.1), k=3, sequences=21_000))
     )
-    obs = world(low_body, low, telemetry=report(p=window(LOW, k=3, sequences=21_000)))
+    obs = world(low_body, low)
     assert plan(low_body, again[1], obs, now=LATER) == []
 
 
@@ -115,26 +116,26 @@ def inputs(rates: tuple[float, ...], previous: Any = None, **kw: Any) -> PoolInp
 
 def test_a_gain_below_the_margin_is_not_pushed() -> None:
     strict = TelemetrySettings(push_margin=10.0)  # nothing predicts +1000%
-    live = assess_pool(inputs(LOW), strict)
+    live = assess_pool(inputs(LOW), strict).view
     assert live is not None and live.source.value == "profile" and live.schedule is None
-    pushed = assess_pool(inputs(LOW), TelemetrySettings())
+    pushed = assess_pool(inputs(LOW), TelemetrySettings()).view
     assert pushed is not None and pushed.source.value == "live"
 
 
 def test_the_live_table_uses_only_the_k_the_pods_run() -> None:
     base = inputs(LOW)
     only = PoolInputs(**{**base.__dict__, "allowed_k": (0, 3, 5)})
-    live = assess_pool(only, TelemetrySettings())
+    live = assess_pool(only, TelemetrySettings()).view
     assert live is not None and live.schedule_ranges is not None
     assert {k for _, _, k in live.schedule_ranges} <= {0, 3, 5}
     assert not list(schedule_problems(live.schedule_ranges, max_k=5))
 
 
 def test_a_view_of_other_profile_content_is_void() -> None:
-    live = assess_pool(inputs(LOW), TelemetrySettings())
+    live = assess_pool(inputs(LOW), TelemetrySettings()).view
     assert live is not None
     stale = PoolInputs(**{**inputs(LOW).__dict__, "previous": live, "digest": "d2", "window": None})
-    assert assess_pool(stale, TelemetrySettings()) is None
+    assert assess_pool(stale, TelemetrySettings()).view is None
     assert in_force(stale) == stale.base
 
 

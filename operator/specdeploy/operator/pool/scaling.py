@@ -1,13 +1,16 @@
-"""PURE One pool's replica count: the capacity its table predicts, the demand telemetry read.
+"""The scale stage: one pool's replica count from the capacity its table predicts and the
+demand telemetry read. Pure.
 
-Why its own module: ``serving`` builds a pool's children from a count and
+Why its own stage: ``children`` builds a pool's children from a count and
 must not know how the count came about, and the three ways of applying it
 (``spec.autoscaling.mode``) share one computation:
 
 * capacity (``capacity_of``): one replica's output tokens/s at the largest
-  batch that keeps the TPOT target, from the profile's cost model, the live
-  acceptance (the pool's recorded view, when there is one) and the schedule
-  in force; plain decoding's step times for a pool that fell back to it.
+  batch that keeps the TPOT target, on the goodput grid the live stage
+  priced the schedule in force with (``ServedTable.goodput``: live
+  acceptance and the per-bucket step-time scales, so one pool has one live
+  cost model per reconcile), or the profile's own grid when there is no live
+  view; plain decoding's step times for a pool that fell back to it.
   Policies ``off`` and ``fixed`` have no profile, so no capacity: their
   count is held, and the status says so;
 * the recommendation (``autoscale.recommend``): demand over capacity less
@@ -33,19 +36,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from pydantic import ValidationError
 
 from specdeploy.operator.api import (
     AutoscalingMode,
     AutoscalingSpec,
-    PoolLive,
     PoolScaling,
     ScaleLimit,
 )
-from specdeploy.operator.autoscale import Bounds, Demand, ScaleState, Why, recommend, stabilize
-from specdeploy.operator.pools import Pool
+from specdeploy.operator.naming import deployment_name, label_value
+from specdeploy.operator.observed import current_replicas
+from specdeploy.operator.pool.autoscale import Bounds, Demand, ScaleState, Why, recommend, stabilize
+from specdeploy.operator.pool.context import Context
+from specdeploy.operator.pool.pools import Pool
+from specdeploy.operator.pool.table import ServedTable
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.capacity import Capacity, plain_decoding_grid, replica_capacity
+from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import ProfileSpec
 from specdeploy.runtime.rederive import grid_rows, live_goodput_grid
 from specdeploy.runtime.schedule import Range, cost_model
@@ -73,11 +80,15 @@ class PoolScale:
 def capacity_of(
     profile: ProfileSpec | None,
     schedule: tuple[Range, ...] | None,
-    live: PoolLive | None,
+    goodput: FloatArray | None,
     *,
     tpot_target_s: float,
 ) -> Capacity | None:
-    """One replica's capacity at the target, or None (no profile, or no batch meets it)."""
+    """One replica's capacity at the target, or None (no profile, or no batch meets it).
+
+    ``goodput``: the grid the schedule was priced with (the live stage's); None: the
+    profile's own acceptance and step times.
+    """
     if profile is None:
         return None
     rows = grid_rows(profile)
@@ -87,14 +98,9 @@ def capacity_of(
         return replica_capacity(
             plain_decoding_grid(itl), ((1, rows, 0),), tpot_target_s=tpot_target_s
         )
-    per_position = profile.acceptance.per_position
-    scale = None
-    if live is not None and live.per_position:
-        per_position = live.per_position
-        if live.cost_ratio is not None and live.cost_ratio > 0:
-            scale = np.full(rows, float(live.cost_ratio))
-    grid = live_goodput_grid(profile, per_position, scale)
-    return replica_capacity(grid, schedule, tpot_target_s=tpot_target_s)
+    if goodput is None:
+        goodput = live_goodput_grid(profile, profile.acceptance.per_position)
+    return replica_capacity(goodput, schedule, tpot_target_s=tpot_target_s)
 
 
 def demand_of(window: PoolWindow) -> Demand | None:
@@ -105,14 +111,6 @@ def demand_of(window: PoolWindow) -> Demand | None:
     requests = window.requests_per_second
     per_request = rate / requests if requests else 0.0
     return Demand(rate, window.waiting_requests or 0.0, per_request)
-
-
-def current_replicas(deployment: Mapping[str, Any] | None) -> int | None:
-    """The pool Deployment's ``spec.replicas`` now (None: no Deployment yet)."""
-    if deployment is None:
-        return None
-    value = (deployment.get("spec") or {}).get("replicas")
-    return int(value) if isinstance(value, int) else 1  # the API server's default
 
 
 def _bounds(pool: Pool, running: int | None = None) -> Bounds:
@@ -138,7 +136,7 @@ def pool_scale(
     *,
     profile: ProfileSpec | None,
     schedule: tuple[Range, ...] | None,
-    live: PoolLive | None,
+    goodput: FloatArray | None,
     window: PoolWindow | None,
     deployment: Mapping[str, Any] | None,
     previous: PoolScaling | None,
@@ -153,7 +151,7 @@ def pool_scale(
     running = min(max(current if current is not None else bounds.min, bounds.min), bounds.max)
     held = running if spec.mode is AutoscalingMode.OPERATOR else None
     assert spec.tpot_target_ms is not None  # validation requires it outside mode none
-    capacity = capacity_of(profile, schedule, live, tpot_target_s=spec.tpot_target_ms / 1000.0)
+    capacity = capacity_of(profile, schedule, goodput, tpot_target_s=spec.tpot_target_ms / 1000.0)
     demand = None if window is None else demand_of(window)
     if demand is None:
         if previous is not None and previous.scaler is spec.mode:
@@ -204,4 +202,26 @@ def _capacity_fields(capacity: Capacity | None) -> dict[str, Any]:
     }
 
 
-__all__ = ["PoolScale", "capacity_of", "current_replicas", "demand_of", "pool_scale"]
+def scale_for(ctx: Context, pool: Pool, served: ServedTable) -> PoolScale:
+    """The pool's count under its spec, on the served table's own cost model."""
+    previous = (ctx.previous.get(pool.gpu_type) or {}).get("autoscaling")
+    try:
+        recorded = PoolScaling.model_validate(previous) if previous else None
+    except ValidationError:
+        recorded = None  # an older operator's shape: decided afresh
+    name = deployment_name(ctx.parent.name, pool.gpu_type)
+    return pool_scale(
+        ctx.spec.autoscaling,
+        pool,
+        profile=None if served.profile is None else served.profile.spec,
+        schedule=served.schedule,
+        goodput=served.goodput,
+        window=ctx.windows.get(label_value(pool.gpu_type)),
+        deployment=ctx.observed.child("Deployment", name),
+        previous=recorded,
+        state=ctx.memory.scale.get(pool.gpu_type),
+        now=ctx.memory.monotonic,
+    )
+
+
+__all__ = ["PoolScale", "capacity_of", "demand_of", "pool_scale", "scale_for"]
