@@ -10,12 +10,13 @@ Layers, highest first; a module imports only from layers below it
 ``metrics``    beside ``reconcile``: the operator's Prometheus metrics, ``MeteredApi``
 ``k8s``        the only module doing API I/O (gather, send)
 ``plan``       PURE Decision + observed -> the exact API requests (none when nothing changed)
-``decide``     PURE (spec, observed) -> Decision, per pool through ``profiling`` and ``serving``
-``profiling``  PURE a pool that needs a measured table: reuse a profile, or one shared Job
-``serving``    PURE a pool with a table: its ConfigMap and Deployment, its rollout state
-``context``    PURE what a pool's decision reads and returns
+``decide``     PURE (spec, observed, memory) -> Decision: validation, health, the status
+``pool/``      PURE one pool's decision, one stage per module; ``pool/pipeline.py``
+               alone holds their order (jobs -> table -> floor -> live -> scaling ->
+               children -> outcome), and a stage imports only earlier ones
+``config``     ``Config`` (operator-wide settings), ``Clock``, ``utc_now``
 helpers        PURE ``observed``, ``status``, ``validation``, ``builders/``, ``manifests``,
-               ``fingerprint``, ``pools``, ``discovery``, ``naming``
+               ``discovery``, ``naming``
 ``api``        the pydantic models: the source of the CRDs (``crdgen`` writes ``crds/``)
 =============  ===========================================================
 
