@@ -69,17 +69,17 @@ READY_TIMEOUT = 240.0
 BUILD_ANNOTATION = "specdeploy.io/test-build"
 SKEWED_BUILD = f"""
 import sys
-from specdeploy.operator import serving
+from specdeploy.operator.pool import children
 from specdeploy.cli import main
 
-built = serving.serving_deployment
+built = children.serving_deployment
 
 def skewed(*args, **kwargs):
     deployment = built(*args, **kwargs)
     deployment["spec"]["template"]["metadata"]["annotations"]["{BUILD_ANNOTATION}"] = "new"
     return deployment
 
-serving.serving_deployment = skewed
+children.serving_deployment = skewed
 sys.exit(main())
 """
 """The "new version": the same CLI, with a serving builder that renders one more annotation."""
