@@ -252,7 +252,7 @@ def operator_code(checkout: Path, python: str) -> Obj:
     editable install that points at another checkout is caught instead of measured under
     this one's commit."""
     probe = subprocess.run(
-        [python, "-P", "-c", "import specdeploy.operator.handlers as h; print(h.__file__)"],
+        [python, "-P", "-c", "import specdeploy.operator.main as h; print(h.__file__)"],
         capture_output=True,
         text=True,
         check=True,

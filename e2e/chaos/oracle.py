@@ -23,13 +23,13 @@ from e2e.chaos import invariants as inv
 from e2e.localcluster import audit
 from e2e.localcluster.cluster import Cluster
 from e2e.localcluster.kubeapi import KubeApi
-from specdeploy.operator import k8s
 from specdeploy.operator.builders.common import MANAGED_BY
+from specdeploy.operator.clients import k8s
 from specdeploy.operator.config import Config, utc_now
-from specdeploy.operator.decide import decide
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan_children
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import CHILD_KINDS, OPTIONAL_KINDS
-from specdeploy.operator.plan import plan_children
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]

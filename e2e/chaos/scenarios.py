@@ -34,10 +34,10 @@ from e2e.chaos.proxy import WRITE_METHODS, Action, Match, Rule
 from e2e.localcluster import cluster as cluster_mod
 from e2e.localcluster.waiting import wait_for
 from specdeploy.operator.config import utc_now
-from specdeploy.operator.decide import decide
-from specdeploy.operator.leader import EXIT_LOST
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan
 from specdeploy.operator.observed import Observed
-from specdeploy.operator.plan import plan
+from specdeploy.operator.reactor.leader import EXIT_LOST
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]

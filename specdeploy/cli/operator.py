@@ -24,7 +24,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_METRICS_PORT = 9401
-"""``specdeploy.operator.metrics.DEFAULT_PORT``, repeated so that building the parser
+"""``specdeploy.operator.reactor.metrics.DEFAULT_PORT``, repeated so that building the parser
 imports no operator code (a unit test holds them equal)."""
 DEFAULT_LEASE = "specdeploy-operator"
 """``specdeploy.operator.naming.OPERATOR_LEASE``, repeated for the same reason."""
@@ -184,8 +184,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _election(args: argparse.Namespace) -> Any:
     """The run's ``main.Election`` (None without leader election); bad timings exit 2."""
-    from specdeploy.operator.leader import Timing
     from specdeploy.operator.main import Election
+    from specdeploy.operator.reactor.leader import Timing
 
     if not args.leader_elect:
         return None
@@ -221,7 +221,7 @@ def _crds(args: argparse.Namespace) -> int:
 def _apply_crds(args: argparse.Namespace) -> int:
     """Apply ``--from``'s CRDs; a bad directory exits 2, a refusal by the API server 1."""
     from specdeploy.chart import crd_apply
-    from specdeploy.operator import k8s
+    from specdeploy.operator.clients import k8s
 
     if args.source is None or args.check:
         print("specdeploy operator crds: --apply needs --from DIR, not --check", file=sys.stderr)

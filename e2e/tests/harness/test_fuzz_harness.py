@@ -14,7 +14,7 @@ import pytest
 from e2e.fuzz import landing, oracle, replay
 from e2e.fuzz.generate import generate
 from e2e.fuzz.strategies import HOLD
-from specdeploy.operator.validation import validate
+from specdeploy.operator.decision.validation import validate
 from specdeploy.runtime.profile import Fingerprint
 
 SENT = {"spec": {"model": {"name": "m"}, "pools": [{"gpuType": "A"}], "vllm": {"extraArgs": []}}}

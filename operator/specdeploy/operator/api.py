@@ -4,7 +4,7 @@ These models are the single source of truth for the resource: the CRD in
 ``crds/`` is generated from them (``specdeploy operator crds``), and
 ``tests/unit/test_crds_fresh.py`` fails when the two disagree. Admission
 checks what a schema can (types, ranges, enums, CEL rules for cross-field
-constraints); ``validation.py`` re-checks everything, because an object may
+constraints); ``decision/validation.py`` re-checks everything, because an object may
 predate the current CRD, and adds what CEL cannot express.
 
 SpeculationProfile is the runtime's own model (``specdeploy.runtime.profile``):

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import kopf
 
-from specdeploy.operator import k8s, leader, standby
+from specdeploy.operator.clients import k8s
 from specdeploy.operator.config import Config
-from specdeploy.operator.handlers import Reconciler, register, register_login, watch_cache
-from specdeploy.operator.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
-from specdeploy.operator.telemetry.loop import TelemetryLoop
+from specdeploy.operator.reactor import leader, standby
+from specdeploy.operator.reactor.handlers import Reconciler, register, register_login, watch_cache
+from specdeploy.operator.reactor.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
+from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 
 DEFAULT_RESYNC_SECONDS = 300.0
 DEFAULT_METRICS_ADDR = "0.0.0.0"

@@ -16,7 +16,7 @@ from specdeploy.chart.adapter_rules import (
     adapter_rules,
 )
 from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC
-from specdeploy.operator.metrics import OperatorMetrics
+from specdeploy.operator.reactor.metrics import OperatorMetrics
 
 # The keys of prometheus-adapter v0.12.0's pkg/config (yaml tags of DiscoveryRule and friends).
 DOCUMENT_KEYS = {"rules", "resourceRules", "externalRules"}

@@ -11,7 +11,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from specdeploy.chart import alerts
-from specdeploy.operator.metrics import OperatorMetrics
+from specdeploy.operator.reactor.metrics import OperatorMetrics
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 from tests.paths import ROOT
 

@@ -10,7 +10,7 @@ import pytest
 
 from specdeploy.chart import crd_apply
 from specdeploy.cli import main
-from specdeploy.operator import k8s
+from specdeploy.operator.clients import k8s
 from specdeploy.runtime.kube.requests import APPLY_PATCH
 from tests.paths import ROOT
 

@@ -10,7 +10,7 @@ import pytest
 
 from e2e.emulated.vllm_metrics import VllmMetrics
 from specdeploy.chart import dashboards
-from specdeploy.operator.metrics import OperatorMetrics
+from specdeploy.operator.reactor.metrics import OperatorMetrics
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 

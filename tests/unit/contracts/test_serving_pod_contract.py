@@ -18,7 +18,7 @@ import yaml
 
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.deployment import METRICS_PORT, TABLE_DIR
-from specdeploy.operator.decide import decide
+from specdeploy.operator.decision.decide import decide
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.pool.fingerprint import pool_fingerprint
 from specdeploy.runtime.contract import (

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import copy
 
-from specdeploy.operator.decide import decide
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan_children
 from specdeploy.operator.manifests import is_subset, needs_apply
-from specdeploy.operator.plan import plan_children
 from tests.unit.operator.test_operator_reconcile import (
     H100,
     NOW,

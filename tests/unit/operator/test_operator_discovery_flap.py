@@ -7,8 +7,8 @@ GPUs (capacity) were still there.
 
 from __future__ import annotations
 
-from specdeploy.operator.decide import decide
-from specdeploy.operator.plan import plan_children
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan_children
 from tests.unit.operator.test_operator_reconcile import (
     H100,
     NOW,

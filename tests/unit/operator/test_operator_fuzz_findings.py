@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specdeploy.operator.validation import validate
+from specdeploy.operator.decision.validation import validate
 from tests.unit.operator.test_operator_validation import with_change
 
 

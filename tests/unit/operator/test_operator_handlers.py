@@ -10,10 +10,11 @@ import kopf
 import pytest
 import urllib3
 
-from specdeploy.operator import handlers, k8s
 from specdeploy.operator.api import KIND
-from specdeploy.operator.reconcile import Result
-from specdeploy.operator.watch_cache import WatchCache
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.clients.watch_cache import WatchCache
+from specdeploy.operator.reactor import handlers
+from specdeploy.operator.reactor.reconcile import Result
 
 
 class ListsOnly:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from specdeploy.operator.validation import flag_name, validate
+from specdeploy.operator.decision.validation import flag_name, validate
 from tests.unit.operator.test_operator_validation import with_change
 
 

@@ -8,8 +8,8 @@ promises that an update failing validation touches nothing.
 
 from __future__ import annotations
 
-from specdeploy.operator.decide import decide
-from specdeploy.operator.plan import plan_children
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan_children
 from tests.unit.operator.test_operator_reconcile import (
     H100,
     NOW,

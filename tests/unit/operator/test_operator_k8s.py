@@ -17,9 +17,9 @@ import pytest
 import urllib3
 import yaml
 
-from specdeploy.operator import k8s
+from specdeploy.operator.clients import k8s
 from specdeploy.operator.manifests import merge_patch
-from specdeploy.operator.reconcile import reconcile_once
+from specdeploy.operator.reactor.reconcile import reconcile_once
 from specdeploy.runtime.kube.requests import JSON_PATCH, Request
 from tests.paths import ROOT
 

@@ -26,13 +26,16 @@ import yaml
 
 from specdeploy.cli import build_parser
 from specdeploy.cli import operator as cli_operator
-from specdeploy.operator import k8s, leader, main
+from specdeploy.operator import main
 from specdeploy.operator.builders.rbac import (
     leader_election_rules,
     operator_cluster_role,
     operator_namespaced_roles,
 )
-from specdeploy.operator.leader import (
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.naming import OPERATOR_LEASE
+from specdeploy.operator.reactor import leader
+from specdeploy.operator.reactor.leader import (
     EXIT_LOST,
     LEASE_USER_AGENT,
     LeaderElector,
@@ -41,9 +44,8 @@ from specdeploy.operator.leader import (
     acquire,
     lease_namespace,
 )
-from specdeploy.operator.metrics import OperatorMetrics
-from specdeploy.operator.naming import OPERATOR_LEASE
-from specdeploy.operator.standby import StandbyProbe
+from specdeploy.operator.reactor.metrics import OperatorMetrics
+from specdeploy.operator.reactor.standby import StandbyProbe
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.client import Unreachable
 from tests.unit.operator.test_operator_k8s import no_network

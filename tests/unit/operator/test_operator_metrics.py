@@ -21,9 +21,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specdeploy.cli import build_parser
 from specdeploy.cli.operator import DEFAULT_METRICS_PORT
-from specdeploy.operator import handlers, k8s, main
+from specdeploy.operator import main
 from specdeploy.operator.api import Phase, PoolStatus
-from specdeploy.operator.metrics import (
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.decision.status import profiled_condition
+from specdeploy.operator.naming import label_value
+from specdeploy.operator.pool.context import PoolOutcome, Profiling
+from specdeploy.operator.reactor import handlers
+from specdeploy.operator.reactor.metrics import (
     DEFAULT_PORT,
     MeteredApi,
     OperatorMetrics,
@@ -32,10 +37,8 @@ from specdeploy.operator.metrics import (
     profiling_failed_pools,
     write_labels,
 )
-from specdeploy.operator.naming import label_value
-from specdeploy.operator.reconcile import Result
-from specdeploy.operator.status import PoolOutcome, Profiling, profiled_condition
-from specdeploy.operator.telemetry.loop import TelemetryLoop
+from specdeploy.operator.reactor.reconcile import Result
+from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON_PATCH, MERGE_PATCH
 from tests.unit.operator.telemetry.fake_prometheus import FakePrometheus, serving
@@ -259,7 +262,7 @@ def test_a_bug_in_the_metrics_never_breaks_a_reconcile_or_a_write(
     metrics.reconciles = metrics.reconcile_seconds = metrics.api_writes = broken
     reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
 
-    with caplog.at_level(logging.ERROR, logger="specdeploy.operator.metrics"):
+    with caplog.at_level(logging.ERROR, logger="specdeploy.operator.reactor.metrics"):
         reconcile(reconciler)
 
     assert api.of("jobs"), "the reconcile wrote its children all the same"

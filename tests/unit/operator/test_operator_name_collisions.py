@@ -8,7 +8,7 @@ server-side apply took it over (and later deleted it with the pool).
 from __future__ import annotations
 
 from specdeploy.operator.naming import service_name
-from specdeploy.operator.reconcile import reconcile_once
+from specdeploy.operator.reactor.reconcile import reconcile_once
 from tests.unit.operator.test_operator_k8s import NS, cluster, create_example
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -39,7 +39,7 @@ def test_a_shared_job_created_meanwhile_by_another_deployment_is_joined_not_igno
     the race to create its fingerprint's Job never became one of its owners."""
     import pytest
 
-    from specdeploy.operator import k8s
+    from specdeploy.operator.clients import k8s
     from tests.unit.operator.test_operator_k8s import FakeApi
 
     class Racing(FakeApi):

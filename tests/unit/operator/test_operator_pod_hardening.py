@@ -29,7 +29,7 @@ def test_serving_pods_carry_no_service_account_token_and_profiling_pods_do() -> 
 
 
 def test_each_pool_has_a_disruption_budget_over_exactly_its_pods() -> None:
-    from specdeploy.operator.decide import decide
+    from specdeploy.operator.decision.decide import decide
     from tests.unit.operator.test_operator_reconcile import (
         H100,
         NOW,
@@ -93,7 +93,7 @@ def test_resources_the_api_server_would_refuse_on_the_pods_are_refused_naming_th
 ) -> None:
     import yaml
 
-    from specdeploy.operator.validation import validate
+    from specdeploy.operator.decision.validation import validate
     from tests.unit.operator.test_operator_builders import EXAMPLE
 
     body = yaml.safe_load(EXAMPLE.read_text())["spec"]
@@ -104,7 +104,7 @@ def test_resources_the_api_server_would_refuse_on_the_pods_are_refused_naming_th
 
 
 def _pool_manifests(changes: dict[str, Any]) -> list[dict[str, Any]]:
-    from specdeploy.operator.decide import decide
+    from specdeploy.operator.decision.decide import decide
     from tests.unit.operator.test_operator_reconcile import H100, NOW, deployment, node, observed
     from tests.unit.operator.test_operator_reconcile import profile as stored_profile
 
@@ -136,7 +136,7 @@ def test_an_enabled_policy_without_peers_admits_the_namespaces_own_pods() -> Non
 def test_a_peer_naming_no_selector_or_a_bad_label_is_refused_naming_the_field() -> None:
     import yaml
 
-    from specdeploy.operator.validation import validate
+    from specdeploy.operator.decision.validation import validate
     from tests.unit.operator.test_operator_builders import EXAMPLE
 
     body = yaml.safe_load(EXAMPLE.read_text())["spec"]

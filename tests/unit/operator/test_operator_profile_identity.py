@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specdeploy.operator.decide import decide
+from specdeploy.operator.decision.decide import decide
 from tests.unit.operator.test_operator_reconcile import (
     H100,
     NOW,

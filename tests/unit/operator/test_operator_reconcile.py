@@ -13,11 +13,11 @@ import yaml
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import APPLIED_HASH
 from specdeploy.operator.builders.deployment import startup_table
-from specdeploy.operator.decide import Decision, decide
+from specdeploy.operator.decision.decide import Decision, decide
+from specdeploy.operator.decision.plan import plan, plan_children
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.naming import deployment_name, job_name, table_configmap_name
 from specdeploy.operator.observed import Observed
-from specdeploy.operator.plan import plan, plan_children
 from specdeploy.operator.pool.fingerprint import pool_fingerprint, profile_name
 from specdeploy.runtime.schedule import format_schedule, validate_vllm
 from tests.paths import ROOT

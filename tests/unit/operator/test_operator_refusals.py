@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from specdeploy.operator import handlers, k8s
-from specdeploy.operator.reconcile import reconcile_once
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.reactor import handlers
+from specdeploy.operator.reactor.reconcile import reconcile_once
 from tests.unit.operator.test_operator_k8s import (
     NS,
     FakeApi,

@@ -15,13 +15,13 @@ from specdeploy.operator.api import (
     SpeculativeDeploymentSpec,
 )
 from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC, wanted_replicas_query
+from specdeploy.operator.decision.validation import validate
 from specdeploy.operator.discovery import GpuNodes
-from specdeploy.operator.metrics import pool_scaling
 from specdeploy.operator.pool.autoscale import ScaleState
 from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.scaling import capacity_of, demand_of, pool_scale
+from specdeploy.operator.reactor.metrics import pool_scaling
 from specdeploy.operator.telemetry.window import PoolWindow
-from specdeploy.operator.validation import validate
 from specdeploy.runtime.capacity import Capacity
 from specdeploy.runtime.rederive import live_goodput_grid
 from specdeploy.runtime.schedule import derive_schedule

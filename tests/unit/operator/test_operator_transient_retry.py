@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from specdeploy.operator.decide import decide
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan_children
 from specdeploy.operator.naming import job_name
-from specdeploy.operator.plan import plan_children
 from specdeploy.operator.pool.jobs import TRANSIENT_ATTEMPTS
 from tests.unit.operator.test_operator_reconcile import (
     H100,

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specdeploy.operator.validation import PREDICATES, reason_of, validate
+from specdeploy.operator.decision.validation import PREDICATES, reason_of, validate
 from tests.paths import EXAMPLES
 
 EXAMPLE = EXAMPLES / "specdeploy.yaml"

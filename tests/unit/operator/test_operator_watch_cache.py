@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from specdeploy.operator import handlers, k8s
 from specdeploy.operator.api import KIND
-from specdeploy.operator.reconcile import reconcile_once
-from specdeploy.operator.telemetry.loop import TelemetryLoop
-from specdeploy.operator.watch_cache import WatchCache, list_pages, slim
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.clients.watch_cache import WatchCache, list_pages, slim
+from specdeploy.operator.reactor import handlers
+from specdeploy.operator.reactor.reconcile import reconcile_once
+from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 from specdeploy.runtime.kube import paths
 from tests.unit.operator.test_operator_k8s import (
     H100,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from specdeploy.operator.work_queue import FairSlots
+from specdeploy.operator.reactor.work_queue import FairSlots
 
 
 async def _hold(

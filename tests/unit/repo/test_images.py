@@ -355,7 +355,7 @@ def test_hadolint_passes(dockerfile: Path) -> None:
 
 
 def test_operator_exposes_liveness_and_the_metrics_default() -> None:
-    from specdeploy.operator.metrics import DEFAULT_PORT
+    from specdeploy.operator.reactor.metrics import DEFAULT_PORT
 
     exposed = {
         int(port.split("/")[0])

@@ -74,8 +74,8 @@ def _copy(tmp_path: Path) -> Path:
             id="a-builder-imports-http",
         ),
         pytest.param(
-            "operator/specdeploy/operator/decide.py",
-            "from specdeploy.operator import reconcile",
+            "operator/specdeploy/operator/decision/decide.py",
+            "from specdeploy.operator.reactor import reconcile",
             "The operator's layers",
             id="decide-imports-the-layer-above",
         ),
@@ -93,7 +93,7 @@ def _copy(tmp_path: Path) -> Path:
         ),
         pytest.param(
             "operator/specdeploy/operator/pool/outcome.py",
-            "from specdeploy.operator import decide",
+            "from specdeploy.operator.decision import decide",
             "The operator's layers",
             id="a-pool-stage-imports-the-deployments-decision",
         ),
@@ -104,7 +104,7 @@ def _copy(tmp_path: Path) -> Path:
             id="the-addon-imports-matplotlib",
         ),
         pytest.param(
-            "operator/specdeploy/operator/handlers.py",
+            "operator/specdeploy/operator/reactor/handlers.py",
             "import e2e.localcluster",
             "The shipped packages never import the harness",
             id="the-operator-imports-the-harness",

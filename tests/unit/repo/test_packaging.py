@@ -95,7 +95,11 @@ def test_stdlib_operator_is_not_shadowed_from_the_repository_root() -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["specdeploy.operator.k8s", "specdeploy.runtime.policy.adaptive", "specdeploy.cli.table"],
+    [
+        "specdeploy.operator.clients.k8s",
+        "specdeploy.runtime.policy.adaptive",
+        "specdeploy.cli.table",
+    ],
 )
 def test_a_modules_file_path_ends_with_its_import_path(name: str) -> None:
     module = __import__(name, fromlist=["_"])

@@ -1,5 +1,5 @@
 """Builders: pure functions from a decided pool (or deployment) to one Kubernetes manifest.
 
 Each module builds one kind. Nothing here reads the cluster or decides
-whether an object should exist: ``reconcile.py`` decides, builders only shape.
+whether an object should exist: ``decision/`` decides, builders only shape.
 """

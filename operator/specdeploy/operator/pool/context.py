@@ -12,15 +12,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from specdeploy.operator.api import Phase, SpeculativeDeploymentSpec
+from specdeploy.operator.api import Phase, PoolStatus, SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.config import Config
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.pool.autoscale import ScaleState
-from specdeploy.operator.status import Profiling
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
+from specdeploy.runtime.floor import Verdict
+
+
+class Profiling(StrEnum):
+    """Where a pool stands with its profile."""
+
+    NOT_NEEDED = "NotNeeded"
+    READY = "Ready"
+    RUNNING = "Running"
+    FAILED = "Failed"
+    MISSING = "Missing"
+
+
+@dataclass(frozen=True)
+class PoolOutcome:
+    """What the decision found for one pool."""
+
+    status: PoolStatus
+    profiling: Profiling
+    verdict: Verdict | None = None
+    """Against plain decoding, where the pool's profile has a baseline."""
 
 
 @dataclass(frozen=True)
@@ -68,4 +89,4 @@ class Waiting:
     shared: tuple[Manifest, ...] = ()
 
 
-__all__ = ["NO_MEMORY", "Context", "Memory", "Waiting"]
+__all__ = ["NO_MEMORY", "Context", "Memory", "PoolOutcome", "Profiling", "Waiting"]

@@ -24,10 +24,9 @@ from specdeploy.operator.builders.rbac import (
 )
 from specdeploy.operator.naming import job_name
 from specdeploy.operator.observed import JobPhase, JobState, job_state
-from specdeploy.operator.pool.context import Context, Waiting
+from specdeploy.operator.pool.context import Context, Profiling, Waiting
 from specdeploy.operator.pool.fingerprint import pool_fingerprint, profile_name
 from specdeploy.operator.pool.pools import Pool
-from specdeploy.operator.status import Profiling
 
 TRANSIENT_ATTEMPTS = 3
 """Profiling Jobs tried for one fingerprint when they fail for a reason a retry can cure."""

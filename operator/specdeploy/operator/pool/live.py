@@ -16,11 +16,10 @@ from dataclasses import replace
 from specdeploy.operator.api import LiveSource
 from specdeploy.operator.naming import deployment_name, label_value
 from specdeploy.operator.observed import pods_allowed_k
-from specdeploy.operator.pool.context import Context
+from specdeploy.operator.pool.context import Context, Profiling
 from specdeploy.operator.pool.jobs import reprofiling
 from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.table import ServedTable
-from specdeploy.operator.status import Profiling
 from specdeploy.operator.telemetry.assess import (
     Assessment,
     PoolInputs,

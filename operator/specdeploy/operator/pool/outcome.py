@@ -20,11 +20,10 @@ from specdeploy.operator.naming import deployment_name, table_configmap_name
 from specdeploy.operator.observed import owner_uids, rollout_state
 from specdeploy.operator.pool.autoscale import ScaleState
 from specdeploy.operator.pool.children import PoolChildren
-from specdeploy.operator.pool.context import Context, Waiting
+from specdeploy.operator.pool.context import Context, PoolOutcome, Profiling, Waiting
 from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.scaling import PoolScale
 from specdeploy.operator.pool.table import ServedTable
-from specdeploy.operator.status import PoolOutcome, Profiling
 from specdeploy.runtime.schedule import format_schedule
 
 

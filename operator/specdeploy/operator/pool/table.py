@@ -16,10 +16,9 @@ from specdeploy.operator.api import Phase, Policy, PoolLive, ProfilingMode
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.job import profiling_job
 from specdeploy.operator.observed import JobPhase, ProfileView, read_profile
-from specdeploy.operator.pool.context import Context, Waiting
+from specdeploy.operator.pool.context import Context, Profiling, Waiting
 from specdeploy.operator.pool.jobs import current_attempt, job_waiting
 from specdeploy.operator.pool.pools import Pool
-from specdeploy.operator.status import Profiling
 from specdeploy.runtime.floor import Verdict
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import SpeculationProfile

@@ -32,15 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specdeploy.operator.api import Condition, ConditionStatus, LiveSource, PoolStatus
+from specdeploy.operator.conditions import condition
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
 
 TELEMETRY_HEALTHY = "TelemetryHealthy"
 TABLES_CURRENT = "TablesCurrent"
 STALE_SLACK_SECONDS = 15.0
-
-
-def _cond(kind: str, status: ConditionStatus, reason: str, message: str) -> Condition:
-    return Condition(type=kind, status=status, reason=reason, message=message)
 
 
 @dataclass(frozen=True)
@@ -79,20 +76,24 @@ def telemetry_health(
     """
     if url is None:
         message = "no spec.telemetry.prometheusURL and no SPECDEPLOY_PROMETHEUS_URL"
-        return Health(_cond(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NoPrometheus", message))
+        return Health(
+            condition(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NoPrometheus", message)
+        )
     if report is None:
         carried = _carried(old_conditions)
-        waiting = _cond(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NoInterval", f"reading {url}")
+        waiting = condition(
+            TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NoInterval", f"reading {url}"
+        )
         return Health(carried or waiting)
     if report.problem is not None:
         message = f"{url}: {report.detail}; tables frozen"
         return Health(
-            _cond(TELEMETRY_HEALTHY, ConditionStatus.FALSE, report.problem.value, message)
+            condition(TELEMETRY_HEALTHY, ConditionStatus.FALSE, report.problem.value, message)
         )
     if not expected:
         message = "no pool speculates with a ready replica"
         return Health(
-            _cond(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NothingToObserve", message)
+            condition(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NothingToObserve", message)
         )
     limit = stale_intervals * interval_seconds + STALE_SLACK_SECONDS
     missing = [p for p in expected if p not in report.windows]
@@ -109,10 +110,12 @@ def telemetry_health(
         if carried is None or (
             carried.status is ConditionStatus.UNKNOWN and carried.reason != "SeriesPending"
         ):
-            pending = _cond(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "SeriesPending", message)
+            pending = condition(
+                TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "SeriesPending", message
+            )
             return Health(pending, usable)
         return Health(
-            _cond(TELEMETRY_HEALTHY, ConditionStatus.FALSE, "SeriesMissing", message), usable
+            condition(TELEMETRY_HEALTHY, ConditionStatus.FALSE, "SeriesMissing", message), usable
         )
     if stale:
         message = (
@@ -120,16 +123,18 @@ def telemetry_health(
             "their tables frozen"
         )
         return Health(
-            _cond(TELEMETRY_HEALTHY, ConditionStatus.FALSE, "SeriesStale", message), usable
+            condition(TELEMETRY_HEALTHY, ConditionStatus.FALSE, "SeriesStale", message), usable
         )
     message = f"{len(usable)} pool(s) observed"
-    return Health(_cond(TELEMETRY_HEALTHY, ConditionStatus.TRUE, "Healthy", message), usable)
+    return Health(condition(TELEMETRY_HEALTHY, ConditionStatus.TRUE, "Healthy", message), usable)
 
 
 def tables_condition(pools: Sequence[PoolStatus], health: Condition) -> Condition:
     """Which table the pools serve, and why (module docstring)."""
     if health.reason == "NoPrometheus":
-        return _cond(TABLES_CURRENT, ConditionStatus.UNKNOWN, "NoTelemetry", "profile tables only")
+        return condition(
+            TABLES_CURRENT, ConditionStatus.UNKNOWN, "NoTelemetry", "profile tables only"
+        )
     drifting = [p for p in pools if p.live is not None and p.live.cost_drift]
     if drifting:
         detail = "; ".join(
@@ -138,16 +143,18 @@ def tables_condition(pools: Sequence[PoolStatus], health: Condition) -> Conditio
             if p.live is not None
         )
         message = f"{detail}; re-profiling, the old table serves meanwhile"
-        return _cond(TABLES_CURRENT, ConditionStatus.FALSE, "CostDrift", message)
+        return condition(TABLES_CURRENT, ConditionStatus.FALSE, "CostDrift", message)
     if health.status is ConditionStatus.FALSE:
-        return _cond(TABLES_CURRENT, ConditionStatus.UNKNOWN, "TablesFrozen", health.reason)
+        return condition(TABLES_CURRENT, ConditionStatus.UNKNOWN, "TablesFrozen", health.reason)
     live = [p for p in pools if p.live is not None and p.live.source is LiveSource.LIVE]
     moved = [p for p in live if p.live is not None and p.live.acceptance_drift]
     if moved:
         names = ", ".join(p.gpu_type for p in moved)
         message = f"{names}: acceptance left the profile's; table re-derived from live acceptance"
-        return _cond(TABLES_CURRENT, ConditionStatus.TRUE, "AcceptanceDrift", message)
+        return condition(TABLES_CURRENT, ConditionStatus.TRUE, "AcceptanceDrift", message)
     if live:
         names = ", ".join(p.gpu_type for p in live)
-        return _cond(TABLES_CURRENT, ConditionStatus.TRUE, "LiveTable", f"{names}: live table")
-    return _cond(TABLES_CURRENT, ConditionStatus.TRUE, "ProfileTable", "profile tables in force")
+        return condition(TABLES_CURRENT, ConditionStatus.TRUE, "LiveTable", f"{names}: live table")
+    return condition(
+        TABLES_CURRENT, ConditionStatus.TRUE, "ProfileTable", "profile tables in force"
+    )

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from specdeploy.operator.api import Condition, ConditionStatus
+from specdeploy.operator.conditions import merge_conditions
 from specdeploy.operator.manifests import merge_patch
-from specdeploy.operator.status import merge_conditions
 from specdeploy.operator.telemetry.assess import read_live
 from specdeploy.operator.telemetry.estimate import half_width
 from specdeploy.operator.telemetry.settings import TelemetrySettings

@@ -4,7 +4,7 @@
 raises ``PrometheusError`` for anything that is not an instant vector in
 Prometheus' JSON (an HTML page from a proxy, an error status, a matrix);
 non-finite values (NaN from 0/0 in a rate, Inf) are dropped, since they
-carry no count. The HTTP client is ``promql``.
+carry no count. The HTTP client is ``clients.prometheus``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How specdeploy talks to the Kubernetes API: one client, one kind table, one request value.
 
-The operator (``specdeploy.operator.k8s``), the profiler writing its
+The operator (``specdeploy.operator.clients.k8s``), the profiler writing its
 SpeculationProfile from a pod (``specdeploy.runtime.profiler.writer``) and the
 local-cluster harness (``e2e.localcluster.kubeapi``) all go through this
 package. It lives in the runtime because that is the one layer all three may

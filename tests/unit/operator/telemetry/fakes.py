@@ -16,7 +16,7 @@ import yaml
 from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import APPLIED_HASH
 from specdeploy.operator.config import Config
-from specdeploy.operator.decide import Decision, decide
+from specdeploy.operator.decision.decide import Decision, decide
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.pool.context import Memory
 from specdeploy.operator.pool.fingerprint import pool_fingerprint, profile_name

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from specdeploy.operator.builders.scaler import WANTED_REPLICAS_METRIC
-from specdeploy.operator.decide import decide
-from specdeploy.operator.plan import plan_children
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan_children
 from tests.unit.operator.telemetry.fakes import (
     NOW,
     URL,

@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from specdeploy.operator.telemetry.loop import TelemetryLoop, due_groups
-from specdeploy.operator.telemetry.promql import PromClient
+from specdeploy.operator.clients.prometheus import PromClient
+from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop, due_groups
 from specdeploy.operator.telemetry.queries import Target, build_queries
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.vector import PrometheusError, Query
@@ -170,7 +170,7 @@ def test_an_api_outage_costs_one_warning_line_per_tick_not_a_traceback(
 ) -> None:
     """Chaos C2: with the API server down, every tick logged a full traceback, which read
     as a swallowed exception (invariant I7) although the loop only waited for the API."""
-    from specdeploy.operator import k8s
+    from specdeploy.operator.clients import k8s
 
     class Down:
         def request(self, *_: Any, **__: Any) -> dict[str, Any]:

@@ -6,12 +6,13 @@ import asyncio
 import copy
 from typing import Any
 
-from specdeploy.operator import handlers, k8s
 from specdeploy.operator.api import KIND, PROFILE_KIND
-from specdeploy.operator.handlers import Reconciler
+from specdeploy.operator.clients import k8s
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import CHILD_KINDS
-from specdeploy.operator.reconcile import Result, reconcile_once
+from specdeploy.operator.reactor import handlers
+from specdeploy.operator.reactor.handlers import Reconciler
+from specdeploy.operator.reactor.reconcile import Result, reconcile_once
 from specdeploy.operator.telemetry.profile_live import contributions, merged_view, status_patch
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.runtime.kube import paths

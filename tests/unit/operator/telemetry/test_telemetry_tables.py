@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from specdeploy.operator.config import Config
-from specdeploy.operator.decide import decide
-from specdeploy.operator.plan import plan
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import plan
 from specdeploy.operator.telemetry.assess import PoolInputs, assess_pool, in_force
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import FetchProblem, TelemetryReport

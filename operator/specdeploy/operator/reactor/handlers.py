@@ -40,17 +40,17 @@ from typing import Any
 
 import kopf
 
-from specdeploy.operator import k8s
 from specdeploy.operator.api import GROUP, KIND, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
 from specdeploy.operator.builders.common import MANAGED_BY
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.clients.watch_cache import WatchCache, slim
 from specdeploy.operator.config import DEFAULT_CONFIG, Clock, Config, utc_now
 from specdeploy.operator.discovery import node_signature, selector_keys
-from specdeploy.operator.metrics import OperatorMetrics, Outcome
-from specdeploy.operator.reconcile import ScaleMemory, reconcile_once
-from specdeploy.operator.telemetry.loop import TelemetryLoop
+from specdeploy.operator.reactor.metrics import OperatorMetrics, Outcome
+from specdeploy.operator.reactor.reconcile import ScaleMemory, reconcile_once
+from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
+from specdeploy.operator.reactor.work_queue import FairSlots
 from specdeploy.operator.telemetry.window import TelemetryReport
-from specdeploy.operator.watch_cache import WatchCache, slim
-from specdeploy.operator.work_queue import FairSlots
 from specdeploy.runtime.kube import paths
 
 Key = tuple[str, str]

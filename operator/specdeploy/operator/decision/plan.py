@@ -22,10 +22,10 @@ from typing import Any
 
 from specdeploy.operator.api import API_VERSION, KIND
 from specdeploy.operator.builders.common import Parent
-from specdeploy.operator.decide import Decision
+from specdeploy.operator.decision.decide import Decision
+from specdeploy.operator.decision.status import EventSpec
 from specdeploy.operator.manifests import Ref, merge_patch, needs_apply, ref_of
 from specdeploy.operator.observed import Observed, owner_uids
-from specdeploy.operator.status import EventSpec
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH as APPLY
 from specdeploy.runtime.kube.requests import JSON_PATCH, Request

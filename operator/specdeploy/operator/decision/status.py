@@ -10,41 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from specdeploy.operator.api import (
     Condition,
-    ConditionStatus,
     Phase,
-    PoolStatus,
     SpeculativeDeploymentStatus,
 )
-from specdeploy.runtime.floor import Verdict
+from specdeploy.operator.conditions import condition, merge_conditions
+from specdeploy.operator.pool.context import PoolOutcome, Profiling
 
 VALID, PROFILED, AVAILABLE, PROGRESSING = "Valid", "Profiled", "Available", "Progressing"
 BENEFICIAL = "SpeculationBeneficial"
 _BAD = (Phase.FAILED, Phase.DEGRADED)
-
-
-class Profiling(StrEnum):
-    """Where a pool stands with its profile."""
-
-    NOT_NEEDED = "NotNeeded"
-    READY = "Ready"
-    RUNNING = "Running"
-    FAILED = "Failed"
-    MISSING = "Missing"
-
-
-@dataclass(frozen=True)
-class PoolOutcome:
-    """What the decision found for one pool."""
-
-    status: PoolStatus
-    profiling: Profiling
-    verdict: Verdict | None = None
-    """Against plain decoding, where the pool's profile has a baseline."""
 
 
 def overall_phase(states: Sequence[Phase]) -> Phase:
@@ -63,15 +41,6 @@ def overall_phase(states: Sequence[Phase]) -> Phase:
     return Phase.PENDING
 
 
-def _cond(kind: str, ok: bool | None, reason: str, message: str = "") -> Condition:
-    status = {
-        True: ConditionStatus.TRUE,
-        False: ConditionStatus.FALSE,
-        None: ConditionStatus.UNKNOWN,
-    }
-    return Condition(type=kind, status=status[ok], reason=reason, message=message)
-
-
 def _pools_message(outcomes: Sequence[PoolOutcome], wanted: Profiling) -> str:
     return "; ".join(
         f"{o.status.gpu_type}: {o.status.message}" for o in outcomes if o.profiling is wanted
@@ -80,31 +49,33 @@ def _pools_message(outcomes: Sequence[PoolOutcome], wanted: Profiling) -> str:
 
 def profiled_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
     if not outcomes:
-        return _cond(PROFILED, None, "NoPools", "no pool to profile")
+        return condition(PROFILED, None, "NoPools", "no pool to profile")
     for state, reason in (
         (Profiling.FAILED, "ProfilingFailed"),
         (Profiling.MISSING, "ProfileMissing"),
         (Profiling.RUNNING, "Profiling"),
     ):
         if any(o.profiling is state for o in outcomes):
-            return _cond(PROFILED, False, reason, _pools_message(outcomes, state))
-    return _cond(PROFILED, True, "ProfilesReady", "every pool has its K table")
+            return condition(PROFILED, False, reason, _pools_message(outcomes, state))
+    return condition(PROFILED, True, "ProfilesReady", "every pool has its K table")
 
 
 def available_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
     if not outcomes:
-        return _cond(AVAILABLE, False, "NoPools", "no GPU type found for any pool")
+        return condition(AVAILABLE, False, "NoPools", "no GPU type found for any pool")
     down = [o.status.gpu_type for o in outcomes if o.status.ready_replicas < 1]
     if down:
-        return _cond(AVAILABLE, False, "PoolsUnavailable", "no ready replica in " + ", ".join(down))
-    return _cond(AVAILABLE, True, "PoolsAvailable", "every pool has a ready replica")
+        return condition(
+            AVAILABLE, False, "PoolsUnavailable", "no ready replica in " + ", ".join(down)
+        )
+    return condition(AVAILABLE, True, "PoolsAvailable", "every pool has a ready replica")
 
 
 def beneficial_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
     """Whether speculation beats plain decoding where the profiles can tell."""
     judged = [o for o in outcomes if o.verdict is not None and o.verdict.gain is not None]
     if not judged:
-        return _cond(BENEFICIAL, None, "NoBaseline", "no profile measured plain decoding")
+        return condition(BENEFICIAL, None, "NoBaseline", "no profile measured plain decoding")
     losing = [o for o in judged if o.verdict is not None and o.verdict.loses]
     if losing:
         detail = "; ".join(
@@ -113,39 +84,21 @@ def beneficial_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
             for o in losing
             if o.verdict is not None and o.verdict.gain is not None
         )
-        return _cond(BENEFICIAL, False, "SpeculationLoses", detail)
+        return condition(BENEFICIAL, False, "SpeculationLoses", detail)
     gains = ", ".join(
         f"{o.status.gpu_type}: {o.verdict.gain:.2f}x"
         for o in judged
         if o.verdict is not None and o.verdict.gain is not None
     )
-    return _cond(BENEFICIAL, True, "SpeculationGains", f"over plain decoding: {gains}")
+    return condition(BENEFICIAL, True, "SpeculationGains", f"over plain decoding: {gains}")
 
 
 def progressing_condition(phase: Phase) -> Condition:
     if phase in (Phase.PROFILING, Phase.ROLLING_OUT):
-        return _cond(PROGRESSING, True, phase.value)
+        return condition(PROGRESSING, True, phase.value)
     if phase is Phase.READY:
-        return _cond(PROGRESSING, False, "Complete")
-    return _cond(PROGRESSING, False, phase.value)
-
-
-def merge_conditions(
-    old: Sequence[Mapping[str, Any]], new: Sequence[Condition], *, now: str, generation: int
-) -> tuple[Condition, ...]:
-    """New conditions, keeping each one's lastTransitionTime unless its status changed."""
-    before = {c.get("type"): c for c in old}
-    merged = []
-    for cond in new:
-        prior = before.get(cond.type)
-        same = prior is not None and prior.get("status") == cond.status.value
-        since = str(prior.get("lastTransitionTime")) if same and prior else now
-        merged.append(
-            cond.model_copy(
-                update={"last_transition_time": since, "observed_generation": generation}
-            )
-        )
-    return tuple(merged)
+        return condition(PROGRESSING, False, "Complete")
+    return condition(PROGRESSING, False, phase.value)
 
 
 def compose(
@@ -162,7 +115,7 @@ def compose(
     ``extra`` the telemetry loop's conditions."""
     phase = overall_phase([o.status.state for o in outcomes])
     conditions = [
-        _cond(VALID, True, "Valid", "spec accepted"),
+        condition(VALID, True, "Valid", "spec accepted"),
         profiled_condition(outcomes),
         available_condition(outcomes),
         progressing_condition(phase),
@@ -186,7 +139,7 @@ def invalid(
     *, old: Mapping[str, Any] | None, reason: str, message: str, generation: int, now: str
 ) -> SpeculativeDeploymentStatus:
     """The status of a deployment whose spec was rejected: Failed, Valid=False, no pools."""
-    conditions = [_cond(VALID, False, reason, message), progressing_condition(Phase.FAILED)]
+    conditions = [condition(VALID, False, reason, message), progressing_condition(Phase.FAILED)]
     return SpeculativeDeploymentStatus(
         phase=Phase.FAILED,
         observed_generation=generation,
@@ -295,7 +248,7 @@ REFUSAL_MESSAGE_LIMIT = 1024
 def name_taken(conflict: str) -> Condition:
     """``Applied=False`` (reason ``NameTaken``): a child's name belongs to an object not
     ours, which the operator leaves alone (review M4); gone once the name is free."""
-    return _cond(APPLIED, False, "NameTaken", conflict[:REFUSAL_MESSAGE_LIMIT])
+    return condition(APPLIED, False, "NameTaken", conflict[:REFUSAL_MESSAGE_LIMIT])
 
 
 def with_refusals(
@@ -307,9 +260,9 @@ def with_refusals(
     """``status`` with the writes the API server refused (what, its message): phase
     Degraded and ``Applied=False`` (reason ``ChildRefused``) naming each (review H4)."""
     message = "; ".join(f"{what}: {why}" for what, why in refused)[:REFUSAL_MESSAGE_LIMIT]
-    condition = _cond(APPLIED, False, "ChildRefused", message)
+    refusal = condition(APPLIED, False, "ChildRefused", message)
     old = [c for c in status.get("conditions") or [] if c.get("type") == APPLIED]
-    merged = merge_conditions(old, [condition], now=now, generation=generation)
+    merged = merge_conditions(old, [refusal], now=now, generation=generation)
     others = [c for c in status.get("conditions") or [] if c.get("type") != APPLIED]
     return {
         **status,

@@ -14,17 +14,17 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specdeploy.operator import k8s
 from specdeploy.operator.builders.common import Parent
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.clients.watch_cache import WatchCache
 from specdeploy.operator.config import DEFAULT_CONFIG, Clock, Config, utc_now
-from specdeploy.operator.decide import decide
+from specdeploy.operator.decision.decide import decide
+from specdeploy.operator.decision.plan import event_write, plan_children, status_write
+from specdeploy.operator.decision.status import APPLIED, EventSpec, with_refusals
 from specdeploy.operator.manifests import ref_of
-from specdeploy.operator.plan import event_write, plan_children, status_write
 from specdeploy.operator.pool.autoscale import ScaleState
 from specdeploy.operator.pool.context import Memory
-from specdeploy.operator.status import APPLIED, EventSpec, with_refusals
 from specdeploy.operator.telemetry.window import TelemetryReport
-from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube.requests import Request
 
 ScaleMemory = MutableMapping[tuple[str, str], Mapping[str, ScaleState]]

@@ -16,7 +16,7 @@ import urllib.parse
 from types import TracebackType
 from typing import Any
 
-from specdeploy.operator.leader import LeaderElector
+from specdeploy.operator.reactor.leader import LeaderElector
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int, str]:

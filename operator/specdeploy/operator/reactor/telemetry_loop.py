@@ -30,21 +30,21 @@ from typing import Any
 
 import aiohttp
 
-from specdeploy.operator import k8s
 from specdeploy.operator.api import KIND, PROFILE_KIND
+from specdeploy.operator.clients import k8s
+from specdeploy.operator.clients.prometheus import PromClient
+from specdeploy.operator.clients.watch_cache import WatchCache
 from specdeploy.operator.config import Clock, utc_now
-from specdeploy.operator.metrics import OperatorMetrics
 from specdeploy.operator.naming import label_value
 from specdeploy.operator.observed import read_profile
+from specdeploy.operator.reactor.metrics import OperatorMetrics
 from specdeploy.operator.telemetry.assess import profile_digest
 from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
 from specdeploy.operator.telemetry.profile_live import contributions, merged_view, status_patch
-from specdeploy.operator.telemetry.promql import PromClient
 from specdeploy.operator.telemetry.queries import Target, build_queries, windows_from
 from specdeploy.operator.telemetry.settings import DEFAULT_SETTINGS, TelemetrySettings
 from specdeploy.operator.telemetry.vector import PrometheusError
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
-from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import MERGE_PATCH
 

@@ -24,6 +24,15 @@ from specdeploy.operator.api import Policy, SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.builders.service import model_service, service_endpoint
 from specdeploy.operator.config import DEFAULT_CONFIG, Config
+from specdeploy.operator.decision.status import (
+    EventSpec,
+    compose,
+    invalid,
+    name_taken,
+    to_wire,
+    transition_events,
+)
+from specdeploy.operator.decision.validation import validate
 from specdeploy.operator.discovery import gpu_inventory
 from specdeploy.operator.manifests import Ref, ref_of, with_applied_hash
 from specdeploy.operator.naming import label_value, service_name
@@ -33,17 +42,8 @@ from specdeploy.operator.pool.context import NO_MEMORY, Context, Memory
 from specdeploy.operator.pool.outcome import conflict
 from specdeploy.operator.pool.pipeline import decide_pool
 from specdeploy.operator.pool.pools import plan_pools
-from specdeploy.operator.status import (
-    EventSpec,
-    compose,
-    invalid,
-    name_taken,
-    to_wire,
-    transition_events,
-)
 from specdeploy.operator.telemetry.health import Health, tables_condition, telemetry_health
 from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
-from specdeploy.operator.validation import validate
 
 __all__ = ["Decision", "decide"]
 

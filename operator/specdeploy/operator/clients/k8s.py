@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from specdeploy.operator.api import KIND, PROFILE_KIND
 from specdeploy.operator.builders.common import COMPONENT_LABEL, MANAGED_BY, PROFILING
+from specdeploy.operator.clients.watch_cache import WatchCache
 from specdeploy.operator.observed import (
     CHILD_KINDS,
     OPTIONAL_KINDS,
@@ -27,7 +28,6 @@ from specdeploy.operator.observed import (
     Observed,
     job_state,
 )
-from specdeploy.operator.watch_cache import WatchCache
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.client import (
     TRANSPORT_ERRORS,

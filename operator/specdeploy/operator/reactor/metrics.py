@@ -80,7 +80,7 @@ from typing import Any, ParamSpec
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from specdeploy.operator import k8s
+from specdeploy.operator.clients import k8s
 from specdeploy.operator.naming import deployment_name, label_value
 from specdeploy.operator.telemetry.window import FetchProblem
 from specdeploy.runtime.kube import paths
@@ -94,7 +94,7 @@ __all__ = [
     "write_labels",
 ]
 
-log = logging.getLogger("specdeploy.operator.metrics")
+log = logging.getLogger("specdeploy.operator.reactor.metrics")
 P = ParamSpec("P")
 
 DEFAULT_PORT = 9401

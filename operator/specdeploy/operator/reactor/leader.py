@@ -55,7 +55,7 @@ from datetime import UTC, datetime
 from types import FrameType, TracebackType
 from typing import Any
 
-from specdeploy.operator import k8s
+from specdeploy.operator.clients import k8s
 from specdeploy.operator.naming import OPERATOR_LEASE
 from specdeploy.runtime.kube import paths
 
@@ -75,7 +75,7 @@ __all__ = [
     "wait_for_leadership",
 ]
 
-log = logging.getLogger("specdeploy.operator.leader")
+log = logging.getLogger("specdeploy.operator.reactor.leader")
 Obj = dict[str, Any]
 
 DEFAULT_ID = OPERATOR_LEASE
