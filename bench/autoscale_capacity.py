@@ -76,8 +76,8 @@ from specdeploy.runtime.capacity import Capacity, replica_capacity
 from specdeploy.runtime.contract import PodEnv, Policy, PoolTable
 from specdeploy.runtime.goodput import acceptance_lengths
 from specdeploy.runtime.intervals import mean_half_width
+from specdeploy.runtime.live import derive_live_schedule, live_goodput_grid
 from specdeploy.runtime.profile import ProfileSpec, load_profile
-from specdeploy.runtime.rederive import derive_live_schedule, live_goodput_grid
 from specdeploy.runtime.schedule import cost_model, goodput_grid, modelled_itl_grid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -612,7 +612,7 @@ def predictions(
 
     ``chat`` is the traffic the profile describes: its grid and its schedule.
     ``random`` collapses acceptance: the telemetry loop's live grid and the
-    schedule it re-derives from it (``rederive``), over the pods' K set.
+    schedule it re-derives from it (``specdeploy.runtime.live``), over the pods' K set.
     """
     if workload is Workload.CHAT:
         if spec.schedule is None:

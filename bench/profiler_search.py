@@ -108,8 +108,8 @@ from specdeploy.runtime.profiler.grid import Grid
 from specdeploy.runtime.profiler.sampling import Sampling
 from specdeploy.runtime.profiler.search import SearchMode, measure_contexts, refine, run_search
 from specdeploy.runtime.profiler.sim_backend import SimBackend
+from specdeploy.runtime.ranges import IntArray
 from specdeploy.runtime.schedule import (
-    IntArray,
     best_k_per_batch_size,
     cost_model,
     goodput_grid,

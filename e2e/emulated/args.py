@@ -17,7 +17,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specdeploy.runtime.schedule import ScheduleError, expand_lookup
+from specdeploy.runtime.ranges import ScheduleError, expand_lookup
 
 log = logging.getLogger("specdeploy.emulated")
 

@@ -7,7 +7,7 @@ The profiling Job's entrypoint, and a local command::
         --draft-model AngelSlim/Qwen3-8B_eagle3 --max-k 5 --dataset mt-bench
 
 Re-derive a profile from its raw file under the current definitions,
-without re-measuring (``runtime/profiler/rederive.py``)::
+without re-measuring (``runtime/profiler/from_raw.py``)::
 
     specdeploy profile --from-raw p.raw.json --out p.yaml [--like old.yaml]
 
@@ -302,9 +302,9 @@ def run(args: argparse.Namespace) -> int:
 def rederive_raw(args: argparse.Namespace) -> int:
     """``--from-raw``: the profile of a raw file, written to ``--out`` (exit 0, or 2)."""
     from specdeploy.runtime.profile import ProfileError, load_profile
-    from specdeploy.runtime.profiler.rederive import RawFileError, read_raw, rederive
+    from specdeploy.runtime.profiler.from_raw import RawFileError, read_raw, rederive
     from specdeploy.runtime.profiler.writer import FileWriter
-    from specdeploy.runtime.schedule import format_schedule
+    from specdeploy.runtime.ranges import format_schedule
 
     try:
         if args.out is None:

@@ -31,15 +31,13 @@ from specdeploy.runtime.profile import (
     dump_profile,
     load_profile,
 )
+from specdeploy.runtime.ranges import compress, format_schedule, to_vllm
 from specdeploy.runtime.schedule import (
     best_k_per_batch_size,
-    compress,
     derive_schedule,
-    format_schedule,
     goodput_grid,
     itl_grid,
     k_values,
-    to_vllm,
 )
 
 EXIT_INVALID = 2

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from specdeploy.runtime.profile import SpeculationProfile, parse_profile
-from specdeploy.runtime.schedule import schedule_problems
+from specdeploy.runtime.ranges import schedule_problems
 from tests.conftest import VenvRunner
 
 # Engine boots and model loads: about a minute each on an AVX-512 BF16 CPU, several on

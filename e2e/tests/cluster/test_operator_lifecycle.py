@@ -29,7 +29,7 @@ from e2e.localcluster.binaries import Binaries, repo_root
 from e2e.localcluster.kubeapi import ApiError, KubeApi
 from e2e.localcluster.waiting import wait_for
 from specdeploy.runtime.kube import paths
-from specdeploy.runtime.schedule import validate_vllm
+from specdeploy.runtime.ranges import validate_vllm
 
 Obj = dict[str, Any]
 EXAMPLE = repo_root() / "examples" / "specdeploy.yaml"

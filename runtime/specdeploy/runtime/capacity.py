@@ -14,9 +14,9 @@ gets its tokens as fast as the target asks:
     capacity = max over b <= max_batch_size with 1 / g(b) <= tpot_target of b * g(b)
 
 ``goodput`` is a grid indexed [batch size, K] (``schedule.goodput_grid`` for
-the profile's acceptance, ``rederive.live_goodput_grid`` for the live one, a
+the profile's acceptance, ``live.live_goodput_grid`` for the live one, a
 plain-decoding column for a pool that runs without speculation) and ``K(b)``
-comes from the table in force (``rederive.k_at``). The grid only prices the
+comes from the table in force (``ranges.k_at``). The grid only prices the
 batch sizes the profile measured up to its largest: capacity beyond it is
 not extrapolated, and the result says when that bound, not the latency
 target, is what limits it.
@@ -33,7 +33,7 @@ from enum import StrEnum
 import numpy as np
 
 from specdeploy.runtime.goodput import FloatArray
-from specdeploy.runtime.rederive import k_at
+from specdeploy.runtime.ranges import k_at
 
 
 class Limit(StrEnum):

@@ -23,6 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from pydantic.alias_generators import to_camel
 
+from specdeploy.runtime.ranges import schedule_problems
+
 GROUP = "specdeploy.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -304,9 +306,6 @@ def schedule_follows_vllm_rules(spec: ProfileSpec) -> Iterator[str]:
     """The schedule is a valid ``num_speculative_tokens_per_batch_size``."""
     if spec.schedule is None:
         return
-    # Imported here: schedule.py imports this module for the profile types.
-    from specdeploy.runtime.schedule import schedule_problems
-
     for problem in schedule_problems(spec.schedule, max_k=spec.fingerprint.max_k):
         yield f"spec.schedule{problem}"
 

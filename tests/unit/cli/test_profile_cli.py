@@ -13,13 +13,8 @@ from specdeploy.runtime.profiler import backend as backends
 from specdeploy.runtime.profiler import run
 from specdeploy.runtime.profiler.backend import ProfilerBackend
 from specdeploy.runtime.profiler.exit_codes import ExitCode
-from specdeploy.runtime.schedule import (
-    derive_schedule,
-    expand_lookup,
-    schedule_problems,
-    to_vllm,
-    validate_vllm,
-)
+from specdeploy.runtime.ranges import expand_lookup, schedule_problems, to_vllm, validate_vllm
+from specdeploy.runtime.schedule import derive_schedule
 from tests.paths import ROOT
 
 OLD_PROFILES = ROOT / "tests" / "data" / "profiles"

@@ -10,12 +10,8 @@ import yaml
 
 from specdeploy.cli import main
 from specdeploy.runtime.profile import load_profile, parse_profile, save_profile
-from specdeploy.runtime.schedule import (
-    derive_schedule,
-    expand_lookup,
-    format_schedule,
-    from_vllm,
-)
+from specdeploy.runtime.ranges import expand_lookup, format_schedule, from_vllm
+from specdeploy.runtime.schedule import derive_schedule
 from tests.paths import EXAMPLES, FIXTURES
 
 FIXTURES = FIXTURES

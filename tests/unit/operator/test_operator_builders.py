@@ -27,7 +27,7 @@ from specdeploy.operator.builders.service import model_service
 from specdeploy.operator.pool.fingerprint import pool_fingerprint, profile_name
 from specdeploy.runtime.contract import SCHEDULER_CLS
 from specdeploy.runtime.profiler.exit_codes import DETERMINISTIC, ExitCode
-from specdeploy.runtime.schedule import validate_vllm
+from specdeploy.runtime.ranges import validate_vllm
 from tests.paths import EXAMPLES
 
 EXAMPLE = EXAMPLES / "specdeploy.yaml"

@@ -19,7 +19,7 @@ from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.naming import deployment_name, job_name, table_configmap_name
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.pool.fingerprint import pool_fingerprint, profile_name
-from specdeploy.runtime.schedule import format_schedule, validate_vllm
+from specdeploy.runtime.ranges import format_schedule, validate_vllm
 from tests.paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "specdeploy.yaml"

@@ -23,7 +23,7 @@ from specdeploy.operator.pool.scaling import capacity_of, demand_of, pool_scale
 from specdeploy.operator.reactor.metrics import pool_scaling
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.capacity import Capacity
-from specdeploy.runtime.rederive import live_goodput_grid
+from specdeploy.runtime.live import live_goodput_grid
 from specdeploy.runtime.schedule import derive_schedule
 from tests.unit.operator.telemetry.fakes import H100, PROFILE_RATES, body, profile_spec, window
 

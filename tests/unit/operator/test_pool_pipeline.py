@@ -11,8 +11,8 @@ from specdeploy.operator.api import PoolLive, PoolScaling
 from specdeploy.operator.telemetry.estimate import cell_ratios, itl_scale
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.runtime.capacity import replica_capacity
-from specdeploy.runtime.rederive import grid_rows, live_goodput_grid
-from specdeploy.runtime.schedule import cost_model, derive_schedule
+from specdeploy.runtime.live import live_goodput_grid
+from specdeploy.runtime.schedule import cost_model, derive_schedule, grid_rows
 from tests.unit.operator.telemetry.fakes import (
     body,
     pool,

@@ -98,6 +98,18 @@ def _copy(tmp_path: Path) -> Path:
             id="a-pool-stage-imports-the-deployments-decision",
         ),
         pytest.param(
+            "runtime/specdeploy/runtime/ranges.py",
+            "def later() -> None:\n    import specdeploy.runtime.schedule",
+            "No import cycle among the modules",
+            id="the-ranges-reach-back-to-the-schedule-that-imports-them",
+        ),
+        pytest.param(
+            "runtime/specdeploy/runtime/profiler/vllm_baseline.py",
+            "def later() -> None:\n    from specdeploy.runtime.profiler import vllm_backend",
+            "No import cycle among the modules",
+            id="the-baseline-child-imports-the-backend-that-starts-it",
+        ),
+        pytest.param(
             "runtime/specdeploy/runtime/vllm_addon/metrics.py",
             "import matplotlib",
             "The vLLM add-on (inside vLLM's engine core) loads no",

@@ -14,20 +14,22 @@ from hypothesis import strategies as st
 
 from specdeploy.runtime.goodput import acceptance_lengths
 from specdeploy.runtime.profile import ProfileSpec, load_profile, parse_profile
-from specdeploy.runtime.schedule import (
+from specdeploy.runtime.ranges import (
     ScheduleError,
-    best_k_per_batch_size,
     compress,
-    derive_profile,
-    derive_schedule,
     expand_lookup,
     format_schedule,
     from_vllm,
+    schedule_problems,
+    to_vllm,
+)
+from specdeploy.runtime.schedule import (
+    best_k_per_batch_size,
+    derive_profile,
+    derive_schedule,
     goodput_grid,
     itl_grid,
     k_values,
-    schedule_problems,
-    to_vllm,
 )
 from tests.paths import EXAMPLES, FIXTURES
 

@@ -27,7 +27,7 @@ from specdeploy.operator.telemetry.assess import (
     profile_digest,
     read_live,
 )
-from specdeploy.runtime.schedule import Range
+from specdeploy.runtime.ranges import Range
 
 
 def allowed_k(ctx: Context, pool: Pool, base: tuple[Range, ...]) -> tuple[int, ...]:

@@ -24,7 +24,7 @@ from specdeploy.operator.pool.context import Context, PoolOutcome, Profiling, Wa
 from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.scaling import PoolScale
 from specdeploy.operator.pool.table import ServedTable
-from specdeploy.runtime.schedule import format_schedule
+from specdeploy.runtime.ranges import format_schedule
 
 
 @dataclass(frozen=True)

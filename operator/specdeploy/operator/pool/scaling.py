@@ -53,9 +53,10 @@ from specdeploy.operator.pool.table import ServedTable
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.capacity import Capacity, plain_decoding_grid, replica_capacity
 from specdeploy.runtime.goodput import FloatArray
+from specdeploy.runtime.live import live_goodput_grid
 from specdeploy.runtime.profile import ProfileSpec
-from specdeploy.runtime.rederive import grid_rows, live_goodput_grid
-from specdeploy.runtime.schedule import Range, cost_model
+from specdeploy.runtime.ranges import Range
+from specdeploy.runtime.schedule import cost_model, grid_rows
 
 _LIMITS = {
     Why.DEMAND: ScaleLimit.DEMAND,

@@ -22,7 +22,8 @@ from specdeploy.operator.pool.pools import Pool
 from specdeploy.runtime.floor import Verdict
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import SpeculationProfile
-from specdeploy.runtime.schedule import Range, derive_schedule, schedule_problems
+from specdeploy.runtime.ranges import Range, schedule_problems
+from specdeploy.runtime.schedule import derive_schedule
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ family for all due deployments, ``queries``), hands each deployment its
 pools' windows (``window``), and the ordinary reconcile decides purely what
 they mean (``assess``): the live acceptance with its confidence, a schedule
 re-derived from it and the profile's cost model corrected by live step
-times (``specdeploy.runtime.rederive``), cost drift (``drift``) and
+times (``specdeploy.runtime.live``), cost drift (``drift``) and
 Prometheus' health (``health``). The reconciler stays the only writer of the
 deployment's status and table ConfigMaps; the loop writes only the
 SpeculationProfiles' ``status.live`` (``profile_live``), hash-gated.

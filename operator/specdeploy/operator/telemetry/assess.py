@@ -10,7 +10,7 @@ window the telemetry loop handed over, if any:
    re-profiled): the old view is dropped;
 3. otherwise: live acceptance (``estimate``), the cost ratio and its drift
    streak (``drift``), a candidate schedule from live acceptance and the
-   live-corrected cost model (``specdeploy.runtime.rederive``) over the K the
+   live-corrected cost model (``specdeploy.runtime.live``) over the K the
    pods run. The candidate replaces the table in force only when the
    estimate is confident, no re-profiling is under way, and it predicts
    more than ``push_margin`` over it: no thrashing;
@@ -47,14 +47,10 @@ from specdeploy.operator.telemetry.estimate import (
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.goodput import FloatArray
+from specdeploy.runtime.live import derive_live_schedule, live_goodput_grid, predicted_gain
 from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
-from specdeploy.runtime.rederive import (
-    derive_live_schedule,
-    grid_rows,
-    live_goodput_grid,
-    predicted_gain,
-)
-from specdeploy.runtime.schedule import Range, cost_model, format_schedule, schedule_problems
+from specdeploy.runtime.ranges import Range, format_schedule, schedule_problems
+from specdeploy.runtime.schedule import cost_model, grid_rows
 
 
 def profile_digest(document: SpeculationProfile) -> str:

@@ -42,7 +42,7 @@ from kubernetes.client import Configuration
 from kubernetes.config import ConfigException, list_kube_config_contexts, load_kube_config
 
 from specdeploy.runtime.kube.client import BEARER, DEFAULT_TIMEOUT, Client
-from specdeploy.runtime.profiler.job_contract import ENV_SA_DIR, SERVICEACCOUNT_DIR
+from specdeploy.runtime.kube.serviceaccount import ENV_SA_DIR, SERVICEACCOUNT_DIR
 
 __all__ = [
     "ENV_API",

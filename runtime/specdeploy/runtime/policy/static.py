@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
-from specdeploy.runtime.schedule import derive_schedule, expand_lookup
+from specdeploy.runtime.ranges import expand_lookup
+from specdeploy.runtime.schedule import derive_schedule
 
 
 class _Static:

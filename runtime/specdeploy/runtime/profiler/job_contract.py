@@ -10,8 +10,7 @@ profiler's runner or an HTTP client through it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from specdeploy.runtime.kube.serviceaccount import ENV_SA_DIR, SERVICEACCOUNT_DIR
 from specdeploy.runtime.profiler.exit_codes import DETERMINISTIC
 
 __all__ = [
@@ -32,10 +31,5 @@ ENV_FINGERPRINT = "SPECDEPLOY_PROFILE_FINGERPRINT"
 records it as the profile's (a modelled profile of exactly what the pool asked for);
 the ``vllm`` backend records its engine's own, and the operator refuses a profile whose
 fingerprint does not name it (review M12)."""
-ENV_SA_DIR = "SPECDEPLOY_SERVICEACCOUNT_DIR"
-"""Where the pod's ServiceAccount token and CA are: the standard path, named
-explicitly so that a kubelet stand-in running the pod locally (e2e/) can
-rewrite it to its local copy, as it rewrites every mount path in env values."""
-SERVICEACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DETERMINISTIC_EXIT_CODES: tuple[int, ...] = tuple(sorted(int(c) for c in DETERMINISTIC))
 """Exit codes a retry cannot cure (invalid arguments, model missing, OOM, ...)."""

@@ -45,7 +45,7 @@ from specdeploy.runtime.profiler.search import (
 )
 from specdeploy.runtime.profiler.termination import write_termination_message
 from specdeploy.runtime.profiler.writer import ApiWriter, FileWriter, ProfileWriter, recoverable
-from specdeploy.runtime.schedule import format_schedule
+from specdeploy.runtime.ranges import format_schedule
 
 if TYPE_CHECKING:
     from specdeploy.runtime.sim.presets import Preset

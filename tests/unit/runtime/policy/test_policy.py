@@ -19,7 +19,8 @@ from specdeploy.runtime.policy import (
 )
 from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.profile import load_profile
-from specdeploy.runtime.schedule import expand_lookup, itl_grid, k_values
+from specdeploy.runtime.ranges import expand_lookup
+from specdeploy.runtime.schedule import itl_grid, k_values
 from tests.paths import EXAMPLES
 
 EXAMPLE = EXAMPLES / "profile-example.yaml"

@@ -16,7 +16,7 @@ from specdeploy.runtime.goodput import reached_counts
 from specdeploy.runtime.profile import Fingerprint, Source
 from specdeploy.runtime.profiler.backend import CellSample, MeasuresContext
 from specdeploy.runtime.profiler.exit_codes import out_of_memory
-from specdeploy.runtime.profiler.rederive import rederive
+from specdeploy.runtime.profiler.from_raw import rederive
 from specdeploy.runtime.profiler.run import ProfileOptions, profile, raw_document
 from specdeploy.runtime.profiler.sampling import Sampling
 from specdeploy.runtime.profiler.search import SearchMode

@@ -22,15 +22,8 @@ import numpy as np
 
 from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
 from specdeploy.runtime.profile import ProfileSpec
-from specdeploy.runtime.schedule import (
-    Range,
-    ScheduleError,
-    best_k_per_batch_size,
-    compress,
-    k_values,
-    modelled_itl_grid,
-    schedule_problems,
-)
+from specdeploy.runtime.ranges import Range, ScheduleError, compress, k_at, schedule_problems
+from specdeploy.runtime.schedule import best_k_per_batch_size, k_values, modelled_itl_grid
 
 
 def live_goodput_grid(
@@ -56,11 +49,6 @@ def live_goodput_grid(
     return result
 
 
-def grid_rows(spec: ProfileSpec) -> int:
-    """Rows of the profile's grids: its largest measured batch size + 1 (row 0 unused)."""
-    return max(m.batch_size for m in spec.measurements) + 1
-
-
 def derive_live_schedule(
     spec: ProfileSpec, goodput: FloatArray, allowed: Sequence[int] | None = None
 ) -> list[Range]:
@@ -79,15 +67,6 @@ def derive_live_schedule(
     if problems:
         raise ScheduleError(problems)
     return ranges
-
-
-def k_at(schedule: Sequence[Sequence[int]], batch_size: int) -> int:
-    """The K vLLM runs at ``batch_size`` under ``schedule`` (the last range covers the tail)."""
-    k = int(schedule[0][2])
-    for lo, _, range_k in schedule:
-        if lo <= batch_size:
-            k = int(range_k)
-    return k
 
 
 def throughput(
@@ -124,10 +103,7 @@ def predicted_gain(
 
 
 __all__ = [
-    "ScheduleError",
     "derive_live_schedule",
-    "grid_rows",
-    "k_at",
     "live_goodput_grid",
     "predicted_gain",
     "throughput",

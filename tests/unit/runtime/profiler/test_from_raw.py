@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from specdeploy.runtime.profile import Fingerprint, Source, SpeculationProfile, parse_profile
-from specdeploy.runtime.profiler.rederive import (
+from specdeploy.runtime.profiler.from_raw import (
     REDERIVED_ANNOTATION,
     RawFileError,
     cells_of,
