@@ -47,18 +47,12 @@ from typing import Any
 import yaml
 
 from bench.vllm_server import Samples, bench_client, get, parse, server, write_prompts
+from specdeploy.runtime.contract import bucket_label
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "profiles" / "smollm2-135m-ngram-cpu.yaml"
 T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 """Two-sided 95% t quantiles by degrees of freedom (1.96 beyond)."""
-
-
-def bucket_label(batch_size: int) -> str:
-    """The add-on's batch-size bucket label (``metrics.batch_bucket_label``)."""
-    b = (batch_size - 1).bit_length()
-    lo, hi = (1, 1) if b == 0 else ((1 << (b - 1)) + 1, 1 << b)
-    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 PARTS = ("schedule", "read", "account")

@@ -16,6 +16,8 @@ panel never asks for a window shorter than four scrapes.
 
 from __future__ import annotations
 
+from specdeploy.runtime.contract import Series, SeriesLabel
+
 SELECTOR = 'namespace=~"$namespace", specdeploy_deployment=~"$deployment", specdeploy_pool=~"$pool"'
 """The three template variables as label matchers (both boards define all three: the
 fleet board lets each take several values, the pool board one)."""
@@ -48,32 +50,30 @@ def quantile(q: float, histogram: str, by: str = POOL) -> str:
 
 # ---- speculation (the add-on) ---------------------------------------------------------
 
-K_NOW = gauge("specdeploy_k", "max", f"{POOL}, pod")
-K_MEAN_OVER_PODS = gauge("specdeploy_k")
-STEPS_BY_K = rate("specdeploy_steps_total", f"{POOL}, k")
+K_NOW = gauge(Series.K, "max", f"{POOL}, pod")
+K_MEAN_OVER_PODS = gauge(Series.K)
+STEPS_BY_K = rate(Series.STEPS.total, f"{POOL}, {SeriesLabel.K}")
 STEP_SHARE_BY_K = (
-    f"{rate('specdeploy_steps_total', f'{POOL}, k')}\n/ ignoring (k) group_left\n"
-    f"{rate('specdeploy_steps_total')}"
+    f"{rate(Series.STEPS.total, f'{POOL}, {SeriesLabel.K}')}\n"
+    f"/ ignoring ({SeriesLabel.K}) group_left\n"
+    f"{rate(Series.STEPS.total)}"
 )
 ACCEPTANCE_BY_POSITION = ratio(
-    "specdeploy_accepted_tokens_total",
-    "specdeploy_draft_positions_reached_total",
-    f"{POOL}, position",
+    Series.ACCEPTED.total,
+    Series.REACHED.total,
+    f"{POOL}, {SeriesLabel.POSITION}",
 )
-ACCEPTANCE_PROFILE = gauge("specdeploy_acceptance_profile", "avg", f"{POOL}, position")
+ACCEPTANCE_PROFILE = gauge(Series.ACCEPTANCE_PROFILE, "avg", f"{POOL}, {SeriesLabel.POSITION}")
 """The profile's a_i for the table in force: the reference live acceptance drifts from."""
 ACCEPTANCE_GIVEN_DRAFT = ratio(
-    "specdeploy_accepted_tokens_total", "specdeploy_draft_tokens_total", f"{POOL}, position"
+    Series.ACCEPTED.total, Series.PROPOSED.total, f"{POOL}, {SeriesLabel.POSITION}"
 )
 DRAFTING_RATE_BY_POSITION = ratio(
-    "specdeploy_draft_tokens_total",
-    "specdeploy_draft_positions_reached_total",
-    f"{POOL}, position",
+    Series.PROPOSED.total,
+    Series.REACHED.total,
+    f"{POOL}, {SeriesLabel.POSITION}",
 )
-ACCEPTANCE_LENGTH = (
-    f"1 + {rate('specdeploy_accepted_tokens_total')}\n/\n"
-    f"{rate('specdeploy_decode_sequence_steps_total')}"
-)
+ACCEPTANCE_LENGTH = f"1 + {rate(Series.ACCEPTED.total)}\n/\n{rate(Series.SEQUENCE_STEPS.total)}"
 VLLM_ACCEPTANCE_LENGTH = (
     f"1 + {rate('vllm:spec_decode_num_accepted_tokens_total')}\n/\n"
     f"{rate('vllm:spec_decode_num_drafts_total')}"
@@ -81,35 +81,36 @@ VLLM_ACCEPTANCE_LENGTH = (
 """vLLM's own mean acceptance length: per request *with* a draft, so above the add-on's
 whenever the drafter proposes nothing for some sequences."""
 MEAN_STEP_SECONDS_BY_K = ratio(
-    "specdeploy_step_seconds_sum", "specdeploy_step_seconds_count", f"{POOL}, k"
+    Series.STEP_SECONDS.histogram_sum,
+    Series.STEP_SECONDS.histogram_count,
+    f"{POOL}, {SeriesLabel.K}",
 )
 MEAN_STEP_SECONDS_BY_BUCKET = ratio(
-    "specdeploy_step_seconds_sum", "specdeploy_step_seconds_count", f"{POOL}, batch_bucket"
+    Series.STEP_SECONDS.histogram_sum,
+    Series.STEP_SECONDS.histogram_count,
+    f"{POOL}, {SeriesLabel.BATCH_BUCKET}",
 )
-VERIFIED_PER_SEQUENCE_STEP = ratio(
-    "specdeploy_verified_tokens_total", "specdeploy_decode_sequence_steps_total"
-)
-PREDICTED_GOODPUT = gauge("specdeploy_predicted_goodput_tokens_per_second")
+VERIFIED_PER_SEQUENCE_STEP = ratio(Series.VERIFIED.total, Series.SEQUENCE_STEPS.total)
+PREDICTED_GOODPUT = gauge(Series.PREDICTED_GOODPUT)
 OBSERVED_GOODPUT = (
     f"(\n{ACCEPTANCE_LENGTH}\n)\n/\n(\n"
-    f"{ratio('specdeploy_step_seconds_sum', 'specdeploy_step_seconds_count')}\n)"
+    f"{ratio(Series.STEP_SECONDS.histogram_sum, Series.STEP_SECONDS.histogram_count)}\n)"
 )
 """AL over the mean clean-decode step time: tokens per second per sequence, the
 quantity the policy predicts (``KEstimate.goodput``)."""
-SPEEDUP = gauge("specdeploy_predicted_gain_over_vanilla")
+SPEEDUP = gauge(Series.PREDICTED_GAIN)
 STEP_SHARE_BY_BATCH_BUCKET = (
-    f"{rate('specdeploy_step_seconds_count', f'{POOL}, batch_bucket')}\n"
-    f"/ ignoring (batch_bucket) group_left\n{rate('specdeploy_step_seconds_count')}"
+    f"{rate(Series.STEP_SECONDS.histogram_count, f'{POOL}, {SeriesLabel.BATCH_BUCKET}')}\n"
+    f"/ ignoring ({SeriesLabel.BATCH_BUCKET}) group_left\n"
+    f"{rate(Series.STEP_SECONDS.histogram_count)}"
 )
-BATCH_SIZE_NOW = gauge("specdeploy_batch_size", "max", f"{POOL}, pod")
-TABLE_GENERATION = gauge("specdeploy_table_generation", "max", f"{POOL}, pod")
+BATCH_SIZE_NOW = gauge(Series.BATCH_SIZE, "max", f"{POOL}, pod")
+TABLE_GENERATION = gauge(Series.TABLE_GENERATION, "max", f"{POOL}, pod")
 TABLE_RELOAD_ERRORS = (
-    f"sum by ({POOL}) (increase(specdeploy_table_reload_errors_total{{{SELECTOR}}}[$__range]))"
+    f"sum by ({POOL}) (increase({Series.TABLE_RELOAD_ERRORS.total}{{{SELECTOR}}}[$__range]))"
 )
-POLICY_ERRORS = (
-    f"sum by ({POOL}) (increase(specdeploy_policy_errors_total{{{SELECTOR}}}[$__range]))"
-)
-TABLE_IN_FORCE = gauge("specdeploy_table_info", "max", f"{POOL}, policy, profile, digest")
+POLICY_ERRORS = f"sum by ({POOL}) (increase({Series.POLICY_ERRORS.total}{{{SELECTOR}}}[$__range]))"
+TABLE_IN_FORCE = gauge(Series.TABLE_INFO, "max", f"{POOL}, policy, profile, digest")
 """Which table and profile each pool runs (a pool still profiling has no pod: its state is
 ``POOL_STATES``, from the operator)."""
 

@@ -1,4 +1,5 @@
-"""The operator→serving-pod contract: what the operator writes into a vLLM pod, the add-on reads.
+"""The operator↔serving-pod contract: what the operator writes into a vLLM pod, the add-on
+reads, and what the add-on exports that the operator and the dashboards read back.
 
 Both sides import this module (the operator may import the runtime; the
 runtime never imports the operator), so a rename here is a rename on both
@@ -10,7 +11,12 @@ into what the add-on reads. It holds:
 * ``TABLE_FILE`` and ``PROFILE_FILE``: the ConfigMap's keys, which are the
   file names in the mounted directory;
 * ``PodEnv``: the environment variables the operator sets and the add-on reads;
-* ``SCHEDULER_CLS``: the add-on's import path for vLLM's ``--scheduler-cls``.
+* ``SCHEDULER_CLS``: the add-on's import path for vLLM's ``--scheduler-cls``;
+* the pod -> operator half: ``Series`` (the add-on's metric families),
+  ``SeriesLabel`` (their labels) and the batch-size buckets of the step-time
+  histogram (``bucket_of``, ``bucket_bounds``, ``bucket_label``,
+  ``bucket_index``), which the add-on, its policies, the operator's queries
+  and estimates, and the dashboards all read from here.
 
 Pure: pydantic only, no I/O.
 """
@@ -108,3 +114,90 @@ class TableDocumentError(ValueError):
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
             problems.append(f"{where.lstrip('.') or '(document)'}: {e['msg']} (got {e['input']!r})")
         super().__init__(f"{source}: " + "; ".join(problems))
+
+
+# --- the pod -> operator half: series, labels, batch-size buckets ------------------
+
+
+class Series(StrEnum):
+    """The add-on's metric families by base name (``prometheus_client``'s): a counter is
+    scraped as ``<name>_total``, the step-time histogram as ``_bucket``/``_sum``/``_count``."""
+
+    STEPS = "specdeploy_steps"
+    K = "specdeploy_k"
+    BATCH_SIZE = "specdeploy_batch_size"
+    REACHED = "specdeploy_draft_positions_reached"
+    PROPOSED = "specdeploy_draft_tokens"
+    ACCEPTED = "specdeploy_accepted_tokens"
+    VERIFIED = "specdeploy_verified_tokens"
+    SEQUENCE_STEPS = "specdeploy_decode_sequence_steps"
+    STEP_SECONDS = "specdeploy_step_seconds"
+    DRAFTING_RATE = "specdeploy_drafting_rate"
+    DRAFTING_RATE_PROFILE = "specdeploy_drafting_rate_profile"
+    DRAFTING_RATE_DRIFT = "specdeploy_drafting_rate_drift"
+    DRAFTING_RATE_DRIFT_WINDOWS = "specdeploy_drafting_rate_drift_windows"
+    ACCEPTANCE_PROFILE = "specdeploy_acceptance_profile"
+    PREDICTED_GOODPUT = "specdeploy_predicted_goodput_tokens_per_second"
+    PREDICTED_GAIN = "specdeploy_predicted_gain_over_vanilla"
+    TABLE_GENERATION = "specdeploy_table_generation"
+    TABLE_INFO = "specdeploy_table_info"
+    TABLE_RELOAD_ERRORS = "specdeploy_table_reload_errors"
+    POLICY_ERRORS = "specdeploy_policy_errors"
+    ADDON_FAULTS = "specdeploy_addon_faults"
+    EXPLORATION_STEPS = "specdeploy_exploration_steps"
+
+    @property
+    def total(self) -> str:
+        """A counter's scraped name."""
+        return f"{self.value}_total"
+
+    @property
+    def histogram_sum(self) -> str:
+        """A histogram's sum."""
+        return f"{self.value}_sum"
+
+    @property
+    def histogram_count(self) -> str:
+        """A histogram's count."""
+        return f"{self.value}_count"
+
+    @property
+    def histogram_buckets(self) -> str:
+        """A histogram's cumulative buckets."""
+        return f"{self.value}_bucket"
+
+
+class SeriesLabel(StrEnum):
+    """Labels the add-on puts on its series (beside the scrape's own)."""
+
+    POOL = "pool"
+    POSITION = "position"
+    """Draft position, 1-based."""
+    BATCH_BUCKET = "batch_bucket"
+    """The batch-size bucket of a step (``bucket_label``)."""
+    K = "k"
+
+
+def bucket_of(batch_size: int) -> int:
+    """Power-of-two batch-size bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ... (0, 1, 2, ...)."""
+    return (batch_size - 1).bit_length()
+
+
+def bucket_bounds(bucket: int) -> tuple[int, int]:
+    """Inclusive batch-size range of a bucket."""
+    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
+
+
+def bucket_label(batch_size: int) -> str:
+    """The bucket of a batch size as the add-on labels it: "1", "2", "3-4", "5-8", ..."""
+    lo, hi = bucket_bounds(bucket_of(max(batch_size, 1)))
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def bucket_index(label: str) -> int | None:
+    """A bucket label ("1", "2", "3-4", ...) back as its bucket number; None: not one."""
+    try:
+        top = int(label.split("-")[-1])
+    except ValueError:
+        return None
+    return bucket_of(top) if top >= 1 else None

@@ -26,9 +26,9 @@ import numpy as np
 
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import Cell, PoolWindow, StepTimes
+from specdeploy.runtime.contract import bucket_bounds, bucket_index
 from specdeploy.runtime.cost import StepCostModel
 from specdeploy.runtime.goodput import FloatArray, per_position_from_counts
-from specdeploy.runtime.policy.estimators import bucket_bounds, bucket_of
 
 Z95 = 1.96
 
@@ -101,15 +101,6 @@ def estimate_acceptance(
 
 
 # --- step cost -------------------------------------------------------------
-
-
-def bucket_index(label: str) -> int | None:
-    """The add-on's bucket label ("1", "2", "3-4", "5-8", ...) as its bucket number."""
-    try:
-        top = int(label.split("-")[-1])
-    except ValueError:
-        return None
-    return bucket_of(top) if top >= 1 else None
 
 
 def bucket_middle(bucket: int) -> float:

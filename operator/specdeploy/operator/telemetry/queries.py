@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from specdeploy.operator.telemetry.interval import promql_duration
 from specdeploy.operator.telemetry.vector import Query, Sample
 from specdeploy.operator.telemetry.window import PoolKey, PoolWindow, StepTimes
+from specdeploy.runtime.contract import Series, SeriesLabel
 
 NAMESPACE, DEPLOYMENT, POOL = "namespace", "specdeploy_deployment", "specdeploy_pool"
 BY = f"{NAMESPACE}, {DEPLOYMENT}, {POOL}"
@@ -32,15 +33,16 @@ STEP_SECONDS, STEP_COUNT, STEPS_BY_K = "step_seconds", "step_count", "steps_by_k
 REQUESTS, FRESHNESS = "requests", "freshness"
 GENERATION, WAITING = "generation", "waiting"
 
+_CELL = f"{SeriesLabel.BATCH_BUCKET}, {SeriesLabel.K}"
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
-    (REACHED, "specdeploy_draft_positions_reached_total", "position"),
-    (PROPOSED, "specdeploy_draft_tokens_total", "position"),
-    (ACCEPTED, "specdeploy_accepted_tokens_total", "position"),
-    (VERIFIED, "specdeploy_verified_tokens_total", ""),
-    (SEQUENCE_STEPS, "specdeploy_decode_sequence_steps_total", ""),
-    (STEP_SECONDS, "specdeploy_step_seconds_sum", "batch_bucket, k"),
-    (STEP_COUNT, "specdeploy_step_seconds_count", "batch_bucket, k"),
-    (STEPS_BY_K, "specdeploy_steps_total", "k"),
+    (REACHED, Series.REACHED.total, SeriesLabel.POSITION),
+    (PROPOSED, Series.PROPOSED.total, SeriesLabel.POSITION),
+    (ACCEPTED, Series.ACCEPTED.total, SeriesLabel.POSITION),
+    (VERIFIED, Series.VERIFIED.total, ""),
+    (SEQUENCE_STEPS, Series.SEQUENCE_STEPS.total, ""),
+    (STEP_SECONDS, Series.STEP_SECONDS.histogram_sum, _CELL),
+    (STEP_COUNT, Series.STEP_SECONDS.histogram_count, _CELL),
+    (STEPS_BY_K, Series.STEPS.total, SeriesLabel.K),
 )
 REQUIRED = (REACHED, SEQUENCE_STEPS, FRESHNESS)
 """Families every speculating pool exports; the others may legitimately be empty."""
@@ -89,7 +91,7 @@ def build_queries(targets: Sequence[Target], window_seconds: float) -> list[Quer
     queries.append(Query(WAITING, f"sum by ({BY}) (vllm:num_requests_waiting{sel})"))
     # The newest sample's time per pool: the freshness test (value: a Unix time).
     queries.append(
-        Query(FRESHNESS, f"max by ({BY}) (timestamp(specdeploy_decode_sequence_steps_total{sel}))")
+        Query(FRESHNESS, f"max by ({BY}) (timestamp({Series.SEQUENCE_STEPS.total}{sel}))")
     )
     return queries
 
@@ -121,7 +123,7 @@ def _int_label(sample: Sample, name: str) -> int | None:
 def _positions(samples: Sequence[Sample], max_positions: int) -> tuple[float, ...]:
     values = [0.0] * max_positions
     for s in samples:
-        position = _int_label(s, "position")
+        position = _int_label(s, SeriesLabel.POSITION)
         if position is not None and 1 <= position <= max_positions:
             values[position - 1] += max(s.value, 0.0)
     return tuple(values)
@@ -137,8 +139,8 @@ def _step_times(
     def cells(samples: Sequence[Sample]) -> dict[tuple[str, int], float]:
         out: dict[tuple[str, int], float] = {}
         for s in samples:
-            k = _int_label(s, "k")
-            bucket = s.labels.get("batch_bucket")
+            k = _int_label(s, SeriesLabel.K)
+            bucket = s.labels.get(SeriesLabel.BATCH_BUCKET)
             if k is not None and bucket:
                 out[(bucket, k)] = out.get((bucket, k), 0.0) + max(s.value, 0.0)
         return out
@@ -150,7 +152,7 @@ def _step_times(
 def _steps_by_k(samples: Sequence[Sample]) -> dict[int, float]:
     out: dict[int, float] = {}
     for s in samples:
-        k = _int_label(s, "k")
+        k = _int_label(s, SeriesLabel.K)
         if k is not None:
             out[k] = out.get(k, 0.0) + max(s.value, 0.0)
     return out

@@ -43,15 +43,12 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from specdeploy.runtime.contract import bucket_bounds
 from specdeploy.runtime.cost import Cell, StepCostModel
 from specdeploy.runtime.goodput import acceptance_lengths, verified_per_sequence
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.config import AdaptiveConfig
-from specdeploy.runtime.policy.estimators import (
-    CostEstimator,
-    RateEstimator,
-    bucket_bounds,
-)
+from specdeploy.runtime.policy.estimators import CostEstimator, RateEstimator
 from specdeploy.runtime.policy.inputs import (
     checked_allowed,
     checked_fallback,

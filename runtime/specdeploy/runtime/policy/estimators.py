@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from specdeploy.runtime.contract import bucket_of
 from specdeploy.runtime.cost import StepCostModel
 from specdeploy.runtime.goodput import FloatArray
 
@@ -40,18 +41,6 @@ def _logit(p: float) -> float:
 
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
-
-
-def bucket_of(batch_size: int) -> int:
-    """Power-of-two batch-size bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ..."""
-    return (batch_size - 1).bit_length()
-
-
-def bucket_bounds(bucket: int) -> tuple[int, int]:
-    """Inclusive batch-size range of a bucket."""
-    if bucket == 0:
-        return 1, 1
-    return (1 << (bucket - 1)) + 1, 1 << bucket
 
 
 class RateEstimator:

@@ -32,22 +32,12 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from specdeploy.runtime.contract import Series, SeriesLabel
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.vllm_addon.drafting import Drift, Verdict
-from specdeploy.runtime.vllm_addon.step_series import (
-    StepSeries,
-    batch_bucket_label,
-    bucket_bounds,
-    bucket_of,
-)
+from specdeploy.runtime.vllm_addon.step_series import StepSeries
 
-__all__ = [
-    "STEP_SECONDS_BUCKETS",
-    "AddonMetrics",
-    "batch_bucket_label",
-    "bucket_bounds",
-    "bucket_of",
-]
+__all__ = ["STEP_SECONDS_BUCKETS", "AddonMetrics"]
 
 STEP_SECONDS_BUCKETS = (
     0.001,
@@ -73,87 +63,87 @@ class AddonMetrics:
     def __init__(self, pool: str, max_k: int, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.pool = pool
-        r, p = self.registry, ["pool"]
+        r, p = self.registry, [SeriesLabel.POOL.value]
         self.series = StepSeries(pool, max_k, STEP_SECONDS_BUCKETS)
         """The per-step series, plain integers collected at scrape time (``step_series``)."""
         r.register(self.series)
         self.drafting_rate = Gauge(
-            "specdeploy_drafting_rate",
+            Series.DRAFTING_RATE,
             "Share of sequence-steps with a draft at position 1, over the last window",
             p,
             registry=r,
         )
         self.drafting_rate_profile = Gauge(
-            "specdeploy_drafting_rate_profile",
+            Series.DRAFTING_RATE_PROFILE,
             "The profile's drafting rate at position 1 (acceptance.draftingRate)",
             p,
             registry=r,
         )
         self.drafting_drift = Gauge(
-            "specdeploy_drafting_rate_drift",
+            Series.DRAFTING_RATE_DRIFT,
             "Last window's drafting rate against the profile's: -1 below, 0 within, 1 above",
             p,
             registry=r,
         )
         self.drafting_drift_windows = Counter(
-            "specdeploy_drafting_rate_drift_windows",
+            Series.DRAFTING_RATE_DRIFT_WINDOWS,
             "Windows whose drafting rate left the profile's by more than the tolerance",
             [*p, "direction"],
             registry=r,
         )
         self.acceptance_profile = Gauge(
-            "specdeploy_acceptance_profile",
+            Series.ACCEPTANCE_PROFILE,
             "The profile's acceptance a_i of the table in force, by draft position (the "
             "reference of live accepted / reached; absent without a profile)",
-            [*p, "position"],
+            [*p, SeriesLabel.POSITION.value],
             registry=r,
         )
         self.predicted_goodput = Gauge(
-            "specdeploy_predicted_goodput_tokens_per_second",
+            Series.PREDICTED_GOODPUT,
             "The policy's predicted goodput for the K in force at the smoothed batch size",
             p,
             registry=r,
         )
         self.predicted_gain = Gauge(
-            "specdeploy_predicted_gain_over_vanilla",
+            Series.PREDICTED_GAIN,
             "The policy's predicted goodput for the K in force over plain decoding's, at the "
             "smoothed batch size (below 1: speculation loses; absent without a profiled baseline)",
             p,
             registry=r,
         )
         self.table_generation = Gauge(
-            "specdeploy_table_generation",
+            Series.TABLE_GENERATION,
             "Tables installed since start (1: the first)",
             p,
             registry=r,
         )
         self.table_info = Gauge(
-            "specdeploy_table_info",
+            Series.TABLE_INFO,
             "The table in force (value 1)",
             [*p, "policy", "profile", "digest"],
             registry=r,
         )
         self.reload_errors = Counter(
-            "specdeploy_table_reload_errors",
+            Series.TABLE_RELOAD_ERRORS,
             "Table files rejected (the last good table stays)",
             p,
             registry=r,
         )
         self.policy_errors = Counter(
-            "specdeploy_policy_errors",
+            Series.POLICY_ERRORS,
             "Policy calls that raised (the step fell back to vLLM's own schedule)",
             p,
             registry=r,
         )
         self.faults = Counter(
-            "specdeploy_addon_faults",
+            Series.ADDON_FAULTS,
             "Add-on faults outside the policy, by where; the first one switches the add-on off "
             "(vLLM's own schedule until the pod restarts)",
             [*p, "where"],
             registry=r,
         )
         self.exploration_steps = Counter(
-            "specdeploy_exploration_steps",
+            Series.EXPLORATION_STEPS,
             "Steps run at a K other than the policy's best, to learn",
             p,
             registry=r,

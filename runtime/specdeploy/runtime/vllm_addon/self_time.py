@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from specdeploy.runtime.vllm_addon.step_series import batch_bucket_label, bucket_of
+from specdeploy.runtime.contract import bucket_label, bucket_of
 
 PARTS = ("schedule", "read", "account")
 """Where the add-on's time goes in one step (module docstring)."""
@@ -108,7 +108,7 @@ class _Exported(Collector):
         )
         pool = self.timer.pool
         for bucket, (parts, step_ns, n) in self.timer.totals().items():
-            label = batch_bucket_label(1 << bucket)
+            label = bucket_label(1 << bucket)
             for part, ns in zip(PARTS, parts, strict=True):
                 own.add_metric([pool, label, part], ns / 1e9)
             wall.add_metric([pool, label], step_ns / 1e9)

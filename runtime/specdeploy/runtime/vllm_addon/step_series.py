@@ -20,23 +20,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
+from specdeploy.runtime.contract import Series, SeriesLabel, bucket_bounds, bucket_label, bucket_of
 from specdeploy.runtime.policy.base import StepRecord
-
-
-def bucket_of(batch_size: int) -> int:
-    """Power-of-two batch-size bucket: 1 | 2 | 3-4 | 5-8 | 9-16 | ... (0, 1, 2, ...)."""
-    return (batch_size - 1).bit_length()
-
-
-def bucket_bounds(bucket: int) -> tuple[int, int]:
-    """Inclusive batch-size range of a bucket."""
-    return (1, 1) if bucket == 0 else ((1 << (bucket - 1)) + 1, 1 << bucket)
-
-
-def batch_bucket_label(batch_size: int) -> str:
-    """The power-of-two bucket of a batch size as a label: "1", "2", "3-4", "5-8", ..."""
-    lo, hi = bucket_bounds(bucket_of(max(batch_size, 1)))
-    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 class StepSeries(Collector):
@@ -82,34 +67,34 @@ class StepSeries(Collector):
     def collect(self) -> Iterator[Any]:
         pool = self.pool
         steps = CounterMetricFamily(
-            "specdeploy_steps", "Engine steps, by the K chosen", labels=["pool", "k"]
+            Series.STEPS, "Engine steps, by the K chosen", labels=[SeriesLabel.POOL, SeriesLabel.K]
         )
         for k, n in enumerate(self.steps_by_k):
             steps.add_metric([pool, str(k)], n)
         yield steps
         for name, value, doc in (
-            ("specdeploy_k", self.k_now, "K chosen for the latest step"),
-            ("specdeploy_batch_size", self.batch_size_now, "Scheduled requests in the latest step"),
+            (Series.K, self.k_now, "K chosen for the latest step"),
+            (Series.BATCH_SIZE, self.batch_size_now, "Scheduled requests in the latest step"),
         ):
             if value is not None:
-                gauge = GaugeMetricFamily(name, doc, labels=["pool"])
+                gauge = GaugeMetricFamily(name, doc, labels=[SeriesLabel.POOL])
                 gauge.add_metric([pool], value)
                 yield gauge
         for name, values, doc in (
             (
-                "specdeploy_draft_positions_reached",
+                Series.REACHED,
                 self.reached,
                 "Decoding sequences that reached a draft position (K >= i, earlier ones "
                 "accepted), proposed or not",
             ),
             (
-                "specdeploy_draft_tokens",
+                Series.PROPOSED,
                 self.proposed,
                 "Draft tokens proposed at a reached position",
             ),
-            ("specdeploy_accepted_tokens", self.accepted, "Draft tokens accepted, by position"),
+            (Series.ACCEPTED, self.accepted, "Draft tokens accepted, by position"),
         ):
-            family = CounterMetricFamily(name, doc, labels=["pool", "position"])
+            family = CounterMetricFamily(name, doc, labels=[SeriesLabel.POOL, SeriesLabel.POSITION])
             for i, n in enumerate(values):
                 if n:
                     family.add_metric([pool, str(i + 1)], n)
@@ -117,26 +102,26 @@ class StepSeries(Collector):
         verified, sequence_steps = self.totals
         for name, value, doc in (
             (
-                "specdeploy_verified_tokens",
+                Series.VERIFIED,
                 verified,
                 "Tokens verified by decoding sequences (1 + proposal length each)",
             ),
             (
-                "specdeploy_decode_sequence_steps",
+                Series.SEQUENCE_STEPS,
                 sequence_steps,
                 "Decoding sequences summed over steps (the denominator of tokens per sequence)",
             ),
         ):
-            family = CounterMetricFamily(name, doc, labels=["pool"])
+            family = CounterMetricFamily(name, doc, labels=[SeriesLabel.POOL])
             family.add_metric([pool], value)
             yield family
         yield self._histogram()
 
     def _histogram(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
-            "specdeploy_step_seconds",
+            Series.STEP_SECONDS,
             "Step time of clean decode steps (no prefill, K unchanged), by batch-size bucket and K",
-            labels=["pool", "batch_bucket", "k"],
+            labels=[SeriesLabel.POOL, SeriesLabel.BATCH_BUCKET, SeriesLabel.K],
         )
         edges = [*(repr(float(b)) for b in self.bounds), "+Inf"]
         for (bucket, k), row in sorted(self.seconds.items()):
@@ -144,7 +129,7 @@ class StepSeries(Collector):
             for edge, n in zip(edges, row[:-1], strict=True):
                 running += n
                 cumulative.append((edge, running))
-            label = batch_bucket_label(bucket_bounds(bucket)[1])
+            label = bucket_label(bucket_bounds(bucket)[1])
             family.add_metric([self.pool, label, str(k)], cumulative, row[-1])
         return family
 

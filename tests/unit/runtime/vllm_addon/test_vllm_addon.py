@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 import yaml
 
+from specdeploy.runtime.contract import bucket_label
 from specdeploy.runtime.policy.adaptive import AdaptivePolicy
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
 from specdeploy.runtime.vllm_addon.assembly import AddonRefused, start_addon
 from specdeploy.runtime.vllm_addon.controller import SLOW_TICK_STEPS, KController
 from specdeploy.runtime.vllm_addon.drafting import DraftingRateWatch, Drift
-from specdeploy.runtime.vllm_addon.metrics import AddonMetrics, batch_bucket_label
+from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 from specdeploy.runtime.vllm_addon.self_time import TIMING_ENV, SelfTimer, timing_requested
 from specdeploy.runtime.vllm_addon.settings import AddonSettings, SettingsError
 from specdeploy.runtime.vllm_addon.steps import NO_DECODE, StepReading
@@ -532,7 +533,7 @@ def sample(metrics: AddonMetrics, name: str, **labels: str) -> float:
 
 
 def test_batch_bucket_labels() -> None:
-    assert [batch_bucket_label(b) for b in (1, 2, 3, 4, 5, 16, 17)] == [
+    assert [bucket_label(b) for b in (1, 2, 3, 4, 5, 16, 17)] == [
         "1",
         "2",
         "3-4",
