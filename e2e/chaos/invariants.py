@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from e2e.time_scale import scaled
-from specdeploy.operator.api import KIND
+from specdeploy.operator.api import DEPLOYMENT_KIND
 from specdeploy.operator.builders.common import (
     COMPONENT_LABEL,
     DEPLOYMENT_LABEL,
@@ -126,7 +126,9 @@ def orphans(children: Mapping[str, Sequence[Obj]], parent_uids: Iterable[str]) -
     for kind, objects in children.items():
         for obj in objects:
             refs = [
-                r for r in obj["metadata"].get("ownerReferences") or [] if r.get("kind") == KIND
+                r
+                for r in obj["metadata"].get("ownerReferences") or []
+                if r.get("kind") == DEPLOYMENT_KIND
             ]
             if obj["metadata"].get("deletionTimestamp"):
                 continue  # already being collected

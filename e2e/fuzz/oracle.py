@@ -11,17 +11,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from specdeploy.operator.observed import CHILD_KINDS, OPTIONAL_KINDS
+
 Obj = dict[str, Any]
-CHILD_KINDS = (
-    "Job",
-    "Deployment",
-    "ConfigMap",
-    "Service",
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "PodDisruptionBudget",
-)
+LISTED_KINDS = tuple(kind for kind in CHILD_KINDS if kind not in OPTIONAL_KINDS)
+"""The kinds a fuzz batch lists: what the operator creates, less what a cluster may not
+serve (KEDA's ScaledObjects)."""
 MAX_NAME = 63
 LOG_ALARMS = (
     "Traceback",

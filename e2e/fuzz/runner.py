@@ -250,7 +250,7 @@ def _judge(
 ) -> None:
     api = target.api
     stored = {o["metadata"]["name"]: o for o in _items(api, "SpeculativeDeployment", namespace)}
-    children = [c for kind in oracle.CHILD_KINDS for c in _items(api, kind, namespace)]
+    children = [c for kind in oracle.LISTED_KINDS for c in _items(api, kind, namespace)]
     mismatched = {
         p["metadata"]["name"]
         for p in _items(api, "SpeculationProfile", namespace)

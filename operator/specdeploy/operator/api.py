@@ -27,17 +27,22 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, JsonValue
 
 from specdeploy.runtime.contract import Policy
-from specdeploy.runtime.profile import API_VERSION, GROUP, VERSION, WireModel
-from specdeploy.runtime.profile import DEPLOYMENT_KIND as KIND
-from specdeploy.runtime.profile import DEPLOYMENT_PLURAL as PLURAL
-from specdeploy.runtime.profile import KIND as PROFILE_KIND
-from specdeploy.runtime.profile import PLURAL as PROFILE_PLURAL
+from specdeploy.runtime.profile import (
+    API_VERSION,
+    DEPLOYMENT_KIND,
+    DEPLOYMENT_PLURAL,
+    GROUP,
+    PROFILE_KIND,
+    PROFILE_PLURAL,
+    VERSION,
+    WireModel,
+)
 
 __all__ = [
     "API_VERSION",
+    "DEPLOYMENT_KIND",
+    "DEPLOYMENT_PLURAL",
     "GROUP",
-    "KIND",
-    "PLURAL",
     "PROFILE_KIND",
     "PROFILE_PLURAL",
     "VERSION",
@@ -684,7 +689,7 @@ class SpeculativeDeployment(WireModel):
     """The whole resource, as the API server stores it."""
 
     api_version: str = API_VERSION
-    kind: str = KIND
+    kind: str = DEPLOYMENT_KIND
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: SpeculativeDeploymentSpec
     status: SpeculativeDeploymentStatus | None = None

@@ -200,8 +200,8 @@ def speculative_deployment_crd() -> dict[str, Any]:
         _column("Age", ".metadata.creationTimestamp", "date"),
     ]
     return _crd(
-        kind=api.KIND,
-        plural=api.PLURAL,
+        kind=api.DEPLOYMENT_KIND,
+        plural=api.DEPLOYMENT_PLURAL,
         short=["specdeploy", "sdep"],
         schema=schema,
         columns=columns,

@@ -12,27 +12,58 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from specdeploy.operator.builders.job import CONTAINER as PROFILER_CONTAINER
 from specdeploy.runtime.contract import PodEnv
 from specdeploy.runtime.profile import ProfileError, SpeculationProfile, parse_profile
-from specdeploy.runtime.profiler.job_contract import DETERMINISTIC_EXIT_CODES
+from specdeploy.runtime.profiler.job_contract import DETERMINISTIC_EXIT_CODES, PROFILER_CONTAINER
 
 Obj = Mapping[str, Any]
 
-CHILD_KINDS = (
-    "ConfigMap",
-    "Deployment",
-    "Service",
-    "Job",
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "PodDisruptionBudget",
-    "NetworkPolicy",
-    "HorizontalPodAutoscaler",
-    "ScaledObject",
+
+class Watch(StrEnum):
+    """How the operator learns that a child kind changed."""
+
+    EVENTS = "events"
+    """Watched: an edit or deletion reconciles the child's owners."""
+    READS = "reads"
+    """Watched into the cache for reads only (an HPA's status changes at every sync of the
+    HPA controller: only a deletion or a spec edit reconciles its owner)."""
+    LISTED = "listed"
+    """Not watched, listed per reconcile: its API may come and go (KEDA's)."""
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    """A kind the operator creates, and what it means to the operator."""
+
+    kind: str
+    shared: bool
+    """Needed by every deployment of a fingerprint (a profiling Job and its RBAC): joined
+    and left, never owned by one deployment alone."""
+    watch: Watch
+
+
+CHILDREN = (
+    ChildKind("ConfigMap", shared=False, watch=Watch.EVENTS),
+    ChildKind("Deployment", shared=False, watch=Watch.EVENTS),
+    ChildKind("Service", shared=False, watch=Watch.EVENTS),
+    ChildKind("Job", shared=True, watch=Watch.EVENTS),
+    ChildKind("ServiceAccount", shared=True, watch=Watch.EVENTS),
+    ChildKind("Role", shared=True, watch=Watch.EVENTS),
+    ChildKind("RoleBinding", shared=True, watch=Watch.EVENTS),
+    ChildKind("PodDisruptionBudget", shared=False, watch=Watch.EVENTS),
+    ChildKind("NetworkPolicy", shared=False, watch=Watch.EVENTS),
+    ChildKind("HorizontalPodAutoscaler", shared=False, watch=Watch.READS),
+    ChildKind("ScaledObject", shared=False, watch=Watch.LISTED),
 )
-OPTIONAL_KINDS = frozenset({"ScaledObject"})
+"""Every kind the operator creates: the one table the reads, the plan and the watches use."""
+CHILD_KINDS = tuple(c.kind for c in CHILDREN)
+OWNED_KINDS = tuple(c.kind for c in CHILDREN if not c.shared)
+"""Kinds one deployment alone owns: applied while wanted, deleted once not (a pool gone, or
+its autoscaling mode changed, so an old scaler never fights the new one)."""
+SHARED_KINDS = tuple(c.kind for c in CHILDREN if c.shared)
+WATCHED_KINDS = tuple(c.kind for c in CHILDREN if c.watch is Watch.EVENTS)
+READ_ONLY_WATCHED_KINDS = tuple(c.kind for c in CHILDREN if c.watch is Watch.READS)
+OPTIONAL_KINDS = frozenset(c.kind for c in CHILDREN if c.watch is Watch.LISTED)
 """Kinds of APIs a cluster may not serve (KEDA's): listed as none when absent."""
 
 

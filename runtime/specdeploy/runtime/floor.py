@@ -25,7 +25,7 @@ from specdeploy.runtime.schedule import vanilla_gain
 
 
 @dataclass(frozen=True)
-class Verdict:
+class FloorVerdict:
     """What the profile predicts against plain decoding for one pool."""
 
     gain: float | None
@@ -36,14 +36,14 @@ class Verdict:
     sizes: tuple[int, ...]
 
 
-def judge(profile: ProfileSpec, served: Sequence[int]) -> Verdict:
+def judge(profile: ProfileSpec, served: Sequence[int]) -> FloorVerdict:
     """The verdict at the ``served`` batch sizes the profile covers."""
     gains = vanilla_gain(profile)
     if gains is None:
-        return Verdict(None, False, ())
+        return FloorVerdict(None, False, ())
     top = gains.shape[0] - 1
     sizes = tuple(sorted({min(bs, top) for bs in served if bs >= 1}))
     values = [float(gains[bs]) for bs in sizes if np.isfinite(gains[bs])]
     if not values:
-        return Verdict(None, False, ())
-    return Verdict(round(float(np.mean(values)), 4), all(v < 1.0 for v in values), sizes)
+        return FloorVerdict(None, False, ())
+    return FloorVerdict(round(float(np.mean(values)), 4), all(v < 1.0 for v in values), sizes)

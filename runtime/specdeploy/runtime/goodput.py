@@ -155,7 +155,9 @@ def conditional_counts(accepted_per_seq: Sequence[int], k: int) -> tuple[list[in
     """(reached, accepted) per position when every sequence proposed all K drafts.
 
     The EAGLE and draft-model case of ``reached_counts``: ``accepted_per_seq[j]``
-    is how many of sequence j's K drafts were accepted (a prefix).
+    is how many of sequence j's K drafts were accepted (a prefix). No serving path
+    calls it (the add-on counts through ``reached_counts``); the hot-path benchmark
+    and the simulator's tests state their traffic with it.
     """
     counts = reached_counts([(k, k, n) for n in accepted_per_seq], k)
     return counts.reached, counts.accepted

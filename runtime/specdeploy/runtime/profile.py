@@ -29,15 +29,15 @@ GROUP = "specdeploy.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 """The API group and version of both custom resources (the operator's CRDs use these)."""
-KIND = "SpeculationProfile"
-PLURAL = "speculationprofiles"
+PROFILE_KIND = "SpeculationProfile"
+PROFILE_PLURAL = "speculationprofiles"
 SIM_ENGINE = "vllm-sim"
 """A modelled profile's ``engine``: the simulator standing in for vLLM (never a measurement)."""
 DEPLOYMENT_KIND = "SpeculativeDeployment"
 DEPLOYMENT_PLURAL = "speculativedeployments"
 """The operator's resource, named here beside the profile's so that the one kind
 table (``specdeploy.runtime.kube.paths``) knows both: the runtime never imports
-the operator, whose ``api`` re-exports these as ``KIND`` and ``PLURAL``."""
+the operator, whose ``api`` re-exports them under the same names."""
 
 
 class ProfileError(ValueError):
@@ -192,7 +192,7 @@ class SpeculationProfile(WireModel):
     """The whole document, as stored in a file or as a custom resource."""
 
     api_version: str = API_VERSION
-    kind: str = KIND
+    kind: str = PROFILE_KIND
     metadata: Metadata = Metadata()
     spec: ProfileSpec
     status: dict[str, Any] | None = None
@@ -218,8 +218,8 @@ Check = Callable[[ProfileSpec], Iterator[str]]
 def _api_identity(doc: SpeculationProfile) -> Iterator[str]:
     if doc.api_version != API_VERSION:
         yield f"apiVersion: must be {API_VERSION!r}, got {doc.api_version!r}"
-    if doc.kind != KIND:
-        yield f"kind: must be {KIND!r}, got {doc.kind!r}"
+    if doc.kind != PROFILE_KIND:
+        yield f"kind: must be {PROFILE_KIND!r}, got {doc.kind!r}"
 
 
 def _cell_key(row: Measurement) -> tuple[int, int, float]:

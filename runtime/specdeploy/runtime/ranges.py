@@ -180,7 +180,9 @@ def from_vllm(ranges: object, num_speculative_tokens: int) -> list[Range]:
 
     Gaps take the previous K and every K is clamped to
     ``num_speculative_tokens``, exactly as vLLM expands it; the result covers
-    1..(last configured batch size); beyond it vLLM repeats the last K.
+    1..(last configured batch size); beyond it vLLM repeats the last K. A test seam:
+    no serving path reads a vLLM table back; the tests and ``specdeploy table`` 's tests
+    compare tables in this form with what vLLM expands (``expand_lookup``).
     """
     if num_speculative_tokens < 1:
         raise ValueError(f"num_speculative_tokens must be > 0, got {num_speculative_tokens}")

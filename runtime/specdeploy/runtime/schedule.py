@@ -27,7 +27,7 @@ from specdeploy.runtime.goodput import FloatArray, acceptance_lengths, verified_
 from specdeploy.runtime.ranges import IntArray, Range, compress
 
 if TYPE_CHECKING:
-    from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
+    from specdeploy.runtime.profile import ProfileSpec
 
 
 def grid_rows(spec: ProfileSpec) -> int:
@@ -284,8 +284,3 @@ def break_ties(
                 out[bs] = k
                 break
     return out
-
-
-def derive_profile(doc: SpeculationProfile) -> SpeculationProfile:
-    """A copy of ``doc`` whose ``spec.schedule`` is derived from its measurements."""
-    return doc.with_schedule(derive_schedule(doc.spec))

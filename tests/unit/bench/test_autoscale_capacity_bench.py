@@ -31,7 +31,7 @@ from bench.autoscale_capacity import (
 from e2e.emulated.workloads import Workload
 from specdeploy.runtime.capacity import Capacity, Limit
 from specdeploy.runtime.profile import ProfileSpec
-from specdeploy.runtime.schedule import derive_profile
+from specdeploy.runtime.schedule import derive_schedule
 from specdeploy.runtime.sim.presets import get_preset
 from specdeploy.runtime.sim.profiling import profile_preset
 
@@ -206,7 +206,8 @@ def test_result_stem_names_how_a_run_differs_from_the_default() -> None:
 @pytest.fixture(scope="module")
 def profile() -> ProfileSpec:
     preset = get_preset("llama8b-eagle3-h200")
-    return derive_profile(profile_preset(preset, batch_sizes=(1, 4, 16, 64))).spec
+    doc = profile_preset(preset, batch_sizes=(1, 4, 16, 64))
+    return doc.with_schedule(derive_schedule(doc.spec)).spec
 
 
 def test_chat_predictions_use_the_profiles_schedule(profile: ProfileSpec) -> None:

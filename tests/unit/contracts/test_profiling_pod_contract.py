@@ -16,10 +16,15 @@ import yaml
 
 from specdeploy.cli import profile as command
 from specdeploy.operator.api import SpeculativeDeploymentSpec
-from specdeploy.operator.builders.job import CONTAINER, ProfilingJob, profiling_job
+from specdeploy.operator.builders.job import ProfilingJob, profiling_job
 from specdeploy.operator.pool.fingerprint import pool_fingerprint
 from specdeploy.runtime.profiler.exit_codes import ExitCode, failure
-from specdeploy.runtime.profiler.job_contract import ENV_NAME, ENV_NAMESPACE, ENV_SA_DIR
+from specdeploy.runtime.profiler.job_contract import (
+    ENV_NAME,
+    ENV_NAMESPACE,
+    ENV_SA_DIR,
+    PROFILER_CONTAINER,
+)
 from specdeploy.runtime.profiler.run import check_options, plan_writers
 from specdeploy.runtime.profiler.writer import ApiWriter
 from tests.paths import EXAMPLES
@@ -37,7 +42,7 @@ def job(backend: str) -> dict[str, Any]:
 
 def container(manifest: dict[str, Any]) -> dict[str, Any]:
     found: dict[str, Any] = manifest["spec"]["template"]["spec"]["containers"][0]
-    assert found["name"] == CONTAINER
+    assert found["name"] == PROFILER_CONTAINER
     return found
 
 
@@ -91,7 +96,7 @@ def test_in_the_jobs_pod_the_profiler_writes_to_the_jobs_namespace(tmp_path: Pat
 def test_the_job_fails_fast_on_exactly_the_profilers_deterministic_exit_codes() -> None:
     rules = job("vllm")["spec"]["podFailurePolicy"]["rules"]
     fail = next(r for r in rules if r["action"] == "FailJob")["onExitCodes"]
-    assert fail["containerName"] == CONTAINER
+    assert fail["containerName"] == PROFILER_CONTAINER
     deterministic = set(fail["values"])
     for code in ExitCode:
         if code in (ExitCode.OK, ExitCode.TRANSIENT):

@@ -11,7 +11,7 @@ from specdeploy.chart import dashboard_queries
 from specdeploy.operator.telemetry.queries import Target, build_queries
 from specdeploy.runtime.contract import Series, bucket_bounds, bucket_index, bucket_label
 from specdeploy.runtime.policy.base import StepRecord
-from specdeploy.runtime.vllm_addon.drafting import Drift, Verdict
+from specdeploy.runtime.vllm_addon.drafting import DraftingWindow, Drift
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 
 pytestmark = pytest.mark.unit
@@ -34,7 +34,7 @@ def exported_samples() -> set[str]:
     metrics.policy_failed()
     metrics.fault("step")
     metrics.explored(1)
-    metrics.drafting(Verdict(0.5, 0.9, Drift.BELOW, changed=True))
+    metrics.drafting(DraftingWindow(0.5, 0.9, Drift.BELOW, changed=True))
     return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 

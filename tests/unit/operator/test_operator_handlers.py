@@ -10,7 +10,7 @@ import kopf
 import pytest
 import urllib3
 
-from specdeploy.operator.api import KIND
+from specdeploy.operator.api import DEPLOYMENT_KIND
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.clients.watch_cache import WatchCache
 from specdeploy.operator.reactor import handlers
@@ -218,7 +218,7 @@ def test_only_a_change_discovery_reads_makes_a_node_event_count() -> None:
 def test_with_a_view_of_the_deployments_only_labels_their_selectors_name_count() -> None:
     """Issue 18: while 2,000 nodes registered, the node controller's label patches each
     swept every deployment (about 9 sweeps a second for 8 minutes)."""
-    cache = WatchCache({KIND: None, "Node": None})
+    cache = WatchCache({DEPLOYMENT_KIND: None, "Node": None})
     cache.refresh(
         ListsOnly(
             [
@@ -228,7 +228,7 @@ def test_with_a_view_of_the_deployments_only_labels_their_selectors_name_count()
                 }
             ]
         ),
-        KIND,
+        DEPLOYMENT_KIND,
     )
     r = handlers.Reconciler(api=NoApi(), cache=cache)
     labels = {"nvidia.com/gpu.product": "H100", "team": "a"}
@@ -243,8 +243,8 @@ def test_a_new_selector_key_does_not_make_every_nodes_next_heartbeat_a_change() 
     """Found by the fleet bench: signatures kept with the selector keys of their time
     differed from the next heartbeat's once a deployment named a new key, so each of
     2,000 nodes swept every deployment once more, about a sweep a second."""
-    cache = WatchCache({KIND: None, "Node": None})
-    cache.refresh(ListsOnly([]), KIND)
+    cache = WatchCache({DEPLOYMENT_KIND: None, "Node": None})
+    cache.refresh(ListsOnly([]), DEPLOYMENT_KIND)
     r = handlers.Reconciler(api=NoApi(), cache=cache)
     labels = {"nvidia.com/gpu.product": "H100", "nvidia.com/gpu.family": "hopper"}
     node = {"metadata": {"labels": labels}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
@@ -253,7 +253,7 @@ def test_a_new_selector_key_does_not_make_every_nodes_next_heartbeat_a_change() 
         "metadata": {"namespace": "ns", "name": "a"},
         "spec": {"nodeSelector": {"nvidia.com/gpu.family": "hopper"}},
     }
-    cache.observe(KIND, selecting)
+    cache.observe(DEPLOYMENT_KIND, selecting)
     heartbeat = {**node, "status": {**node["status"], "conditions": [{"type": "Ready"}]}}
     assert not r.node_changed("n1", heartbeat)
     relabelled = {**node, "metadata": {"labels": {**labels, "nvidia.com/gpu.family": "x"}}}

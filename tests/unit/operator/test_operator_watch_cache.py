@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from specdeploy.operator.api import KIND
+from specdeploy.operator.api import DEPLOYMENT_KIND
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.clients.watch_cache import WatchCache, list_pages, slim
 from specdeploy.operator.reactor import handlers
@@ -302,7 +302,9 @@ def test_a_scaledobject_written_after_the_404_is_listed_again_at_once() -> None:
 
 
 def deployment_reads(api: FakeApi) -> int:
-    return sum(1 for _, path in api.requests if path == paths.path(KIND, NS, "llama-8b-chat"))
+    return sum(
+        1 for _, path in api.requests if path == paths.path(DEPLOYMENT_KIND, NS, "llama-8b-chat")
+    )
 
 
 def ready_with_cache() -> tuple[FakeApi, WatchCache, handlers.Reconciler]:

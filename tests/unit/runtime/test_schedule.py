@@ -25,7 +25,6 @@ from specdeploy.runtime.ranges import (
 )
 from specdeploy.runtime.schedule import (
     best_k_per_batch_size,
-    derive_profile,
     derive_schedule,
     goodput_grid,
     itl_grid,
@@ -269,9 +268,9 @@ def test_derive_schedule_extends_to_max_batch_size() -> None:
     assert schedule[-1][1] == 1024 and schedule[-1][2] == 0
 
 
-def test_derive_profile_sets_a_valid_schedule_and_keeps_the_rest() -> None:
+def test_a_derived_schedule_is_valid_and_the_rest_of_the_profile_kept() -> None:
     doc = load_profile(FIXTURES / "profile-small.yaml")
-    derived = derive_profile(doc)
+    derived = doc.with_schedule(derive_schedule(doc.spec))
     assert derived.spec.schedule == tuple(derive_schedule(doc.spec))
     assert derived.spec.measurements == doc.spec.measurements
     assert parse_profile(derived.to_document()) == derived
@@ -460,7 +459,7 @@ def test_format_schedule() -> None:
 
 @settings(max_examples=25)
 @given(profiles())
-def test_derive_profile_output_always_validates(spec: ProfileSpec) -> None:
+def test_a_profile_with_its_derived_schedule_always_validates(spec: ProfileSpec) -> None:
     doc = parse_profile({"spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True)})
-    derived = derive_profile(doc)
+    derived = doc.with_schedule(derive_schedule(doc.spec))
     assert parse_profile(derived.to_document()).spec.schedule == tuple(derive_schedule(spec))

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.operator.api import API_VERSION, KIND
+from specdeploy.operator.api import API_VERSION, DEPLOYMENT_KIND
 from specdeploy.operator.naming import label_value
 
 Manifest = dict[str, Any]
@@ -47,7 +47,7 @@ class Parent:
         """An ownerReference: deleting the parent deletes the child (garbage collection)."""
         return {
             "apiVersion": API_VERSION,
-            "kind": KIND,
+            "kind": DEPLOYMENT_KIND,
             "name": self.name,
             "uid": self.uid,
             "controller": controller,

@@ -47,10 +47,10 @@ from specdeploy.runtime.profiler.job_contract import (
     ENV_NAME,
     ENV_NAMESPACE,
     ENV_SA_DIR,
+    PROFILER_CONTAINER,
     SERVICEACCOUNT_DIR,
 )
 
-CONTAINER = "profiler"
 DEFAULT_IMAGE = "ghcr.io/specdeploy/specdeploy-runtime:0.1.0"
 """The profiler runs in the serving image (images/runtime.Dockerfile), datasets included."""
 FINGERPRINT_ANNOTATION = "specdeploy.io/fingerprint"
@@ -106,7 +106,7 @@ def pod_failure_policy() -> dict[str, object]:
             {
                 "action": "FailJob",
                 "onExitCodes": {
-                    "containerName": CONTAINER,
+                    "containerName": PROFILER_CONTAINER,
                     "operator": "In",
                     "values": list(DETERMINISTIC_EXIT_CODES),
                 },
@@ -141,7 +141,7 @@ def _container(spec: SpeculativeDeploymentSpec, job: ProfilingJob) -> dict[str, 
         *hf_token_env(spec),
     ]
     return {
-        "name": CONTAINER,
+        "name": PROFILER_CONTAINER,
         "image": job.image,
         "command": ["specdeploy"],
         "args": profiler_args(spec, job.fingerprint),

@@ -9,7 +9,7 @@ planner adds each deployment that needs them as an owner.
 
 from __future__ import annotations
 
-from specdeploy.operator.api import GROUP, PLURAL, PROFILE_PLURAL
+from specdeploy.operator.api import DEPLOYMENT_PLURAL, GROUP, PROFILE_PLURAL
 from specdeploy.operator.builders.common import (
     COMPONENT_LABEL,
     MANAGED_BY,
@@ -68,10 +68,10 @@ CHILD_VERBS = ("get", "list", "watch", "create", "patch", "delete")
 creates: the API server checks ``create`` inside that PATCH), patched (applies, owner
 joins), deleted when no longer wanted. No ``update``: the operator never PUTs."""
 NAMESPACED_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    (GROUP, (PLURAL,), ("get", "list", "watch")),
+    (GROUP, (DEPLOYMENT_PLURAL,), ("get", "list", "watch")),
     (GROUP, (PROFILE_PLURAL,), ("list", "watch", *PROFILER_VERBS)),
-    (GROUP, (f"{PLURAL}/status", f"{PROFILE_PLURAL}/status"), ("patch",)),
-    (GROUP, (f"{PLURAL}/finalizers",), ("update",)),
+    (GROUP, (f"{DEPLOYMENT_PLURAL}/status", f"{PROFILE_PLURAL}/status"), ("patch",)),
+    (GROUP, (f"{DEPLOYMENT_PLURAL}/finalizers",), ("update",)),
     ("", ("pods",), ("list",)),
     ("", ("events",), ("create",)),
     ("", ("configmaps", "serviceaccounts"), CHILD_VERBS),

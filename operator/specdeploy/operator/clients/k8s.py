@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from specdeploy.operator.api import KIND, PROFILE_KIND
+from specdeploy.operator.api import DEPLOYMENT_KIND, PROFILE_KIND
 from specdeploy.operator.builders.common import COMPONENT_LABEL, MANAGED_BY, PROFILING
 from specdeploy.operator.clients.watch_cache import WatchCache
 from specdeploy.operator.observed import (
@@ -40,6 +40,7 @@ from specdeploy.runtime.kube.config import connect
 from specdeploy.runtime.kube.requests import Request
 
 __all__ = [
+    "API_ERRORS",
     "TRANSPORT_ERRORS",
     "Api",
     "ApiError",
@@ -58,6 +59,8 @@ __all__ = [
 ]
 
 Obj = dict[str, Any]
+API_ERRORS: tuple[type[Exception], ...] = (ApiError, *TRANSPORT_ERRORS)
+"""A refusal or no answer at all: whatever made the request is tried again later."""
 MANAGED_SELECTOR = f"{MANAGED_BY[0]}={MANAGED_BY[1]}"
 
 
@@ -133,9 +136,11 @@ def gather(
     cache has it (the caller knows that view holds the operator's own last write
     to it); else it is read fresh, as an event's reconcile does.
     """
-    body = cache.get(KIND, namespace, name) if cache is not None and cached_body else None
+    body = (
+        cache.get(DEPLOYMENT_KIND, namespace, name) if cache is not None and cached_body else None
+    )
     if body is None:
-        body = get_or_none(api, paths.path(KIND, namespace, name))
+        body = get_or_none(api, paths.path(DEPLOYMENT_KIND, namespace, name))
     if body is None:
         return None, Observed()
     children = {
@@ -184,7 +189,7 @@ def unlisted(
 
 def list_deployments(api: Api, namespace: str | None = None) -> list[tuple[str, str]]:
     """(namespace, name) of every SpeculativeDeployment (in one namespace, or all)."""
-    items = list_items(api, paths.path(KIND, namespace))
+    items = list_items(api, paths.path(DEPLOYMENT_KIND, namespace))
     return [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in items]
 
 
@@ -258,4 +263,4 @@ def send(api: Api, requests: Iterable[Request], answers: list[Obj] | None = None
 def owners_of(obj: Mapping[str, Any]) -> list[str]:
     """Names of the SpeculativeDeployments listed as owners of ``obj``."""
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return [str(r["name"]) for r in refs if r.get("kind") == KIND]
+    return [str(r["name"]) for r in refs if r.get("kind") == DEPLOYMENT_KIND]

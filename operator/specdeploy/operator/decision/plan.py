@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from specdeploy.operator.api import API_VERSION, KIND
+from specdeploy.operator.api import API_VERSION, DEPLOYMENT_KIND
 from specdeploy.operator.builders.common import Parent
 from specdeploy.operator.decision.decide import Decision
 from specdeploy.operator.decision.status import EventSpec
 from specdeploy.operator.manifests import Ref, merge_patch, needs_apply, ref_of
-from specdeploy.operator.observed import Observed, owner_uids
+from specdeploy.operator.observed import OWNED_KINDS, SHARED_KINDS, Observed, owner_uids
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH as APPLY
 from specdeploy.runtime.kube.requests import JSON_PATCH, Request
@@ -33,18 +33,6 @@ from specdeploy.runtime.kube.requests import MERGE_PATCH as MERGE
 
 FIELD_MANAGER = "specdeploy"
 COMPONENT = "specdeploy-operator"
-OWNED_KINDS = (
-    "ConfigMap",
-    "Deployment",
-    "Service",
-    "PodDisruptionBudget",
-    "NetworkPolicy",
-    "HorizontalPodAutoscaler",
-    "ScaledObject",
-)
-"""Kinds this deployment alone owns: applied while wanted, deleted once not (a pool gone, or
-its autoscaling mode changed, so an old scaler never fights the new one)."""
-SHARED_KINDS = ("Job", "ServiceAccount", "Role", "RoleBinding")
 
 
 # --- owned children --------------------------------------------------------
@@ -180,7 +168,7 @@ def status_write(body: Mapping[str, Any], status: Mapping[str, Any]) -> list[Req
     return [
         Request(
             "PATCH",
-            paths.path(KIND, meta["namespace"], meta["name"], "status"),
+            paths.path(DEPLOYMENT_KIND, meta["namespace"], meta["name"], "status"),
             f"status of {meta['name']}: {status.get('phase')}",
             body={"status": merge_patch(old, status)},
             content_type=MERGE,
@@ -195,7 +183,7 @@ def event_write(parent: Parent, event: EventSpec, *, now: str) -> Request:
         "metadata": {"generateName": f"{parent.name[:200]}.", "namespace": parent.namespace},
         "involvedObject": {
             "apiVersion": API_VERSION,
-            "kind": KIND,
+            "kind": DEPLOYMENT_KIND,
             "name": parent.name,
             "namespace": parent.namespace,
             "uid": parent.uid,

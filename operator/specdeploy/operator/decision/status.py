@@ -21,6 +21,8 @@ from specdeploy.operator.conditions import condition, merge_conditions
 from specdeploy.operator.pool.context import PoolOutcome, Profiling
 
 VALID, PROFILED, AVAILABLE, PROGRESSING = "Valid", "Profiled", "Available", "Progressing"
+PROFILING_FAILED = "ProfilingFailed"
+"""The Profiled condition's reason when a pool's profiling failed (its message names it)."""
 BENEFICIAL = "SpeculationBeneficial"
 _BAD = (Phase.FAILED, Phase.DEGRADED)
 
@@ -47,11 +49,18 @@ def _pools_message(outcomes: Sequence[PoolOutcome], wanted: Profiling) -> str:
     )
 
 
+def names_pool(message: str, gpu_type: str) -> bool:
+    """Whether a pools message of the Profiled condition (``_pools_message``: "<gpuType>:
+    <pool message>" per pool, joined by "; ") names this pool."""
+    head = f"{gpu_type}: "
+    return message.startswith(head) or f"; {head}" in message
+
+
 def profiled_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
     if not outcomes:
         return condition(PROFILED, None, "NoPools", "no pool to profile")
     for state, reason in (
-        (Profiling.FAILED, "ProfilingFailed"),
+        (Profiling.FAILED, PROFILING_FAILED),
         (Profiling.MISSING, "ProfileMissing"),
         (Profiling.RUNNING, "Profiling"),
     ):

@@ -84,7 +84,7 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Validation:
     """The parsed spec when it is valid, else every problem found."""
 
     spec: SpeculativeDeploymentSpec | None
@@ -333,15 +333,15 @@ def _schema_problems(err: ValidationError) -> tuple[Problem, ...]:
     return tuple(found)
 
 
-def validate(spec: Mapping[str, Any] | None) -> Verdict:
+def validate(spec: Mapping[str, Any] | None) -> Validation:
     """Parse and check a spec; every problem names its field."""
     if not isinstance(spec, Mapping):
-        return Verdict(None, (Problem("SchemaViolation", "spec: must be an object"),))
+        return Validation(None, (Problem("SchemaViolation", "spec: must be an object"),))
     try:
         parsed = SpeculativeDeploymentSpec.model_validate(dict(spec))
     except ValidationError as err:
-        return Verdict(None, _schema_problems(err))
+        return Validation(None, _schema_problems(err))
     problems = tuple(
         Problem(reason_of(check), message) for check in PREDICATES for message in check(parsed)
     )
-    return Verdict(None if problems else parsed, problems)
+    return Validation(None if problems else parsed, problems)

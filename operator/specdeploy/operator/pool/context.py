@@ -21,7 +21,7 @@ from specdeploy.operator.config import Config
 from specdeploy.operator.observed import Observed
 from specdeploy.operator.pool.autoscale import ScaleState
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
-from specdeploy.runtime.floor import Verdict
+from specdeploy.runtime.floor import FloorVerdict
 
 
 class Profiling(StrEnum):
@@ -40,7 +40,7 @@ class PoolOutcome:
 
     status: PoolStatus
     profiling: Profiling
-    verdict: Verdict | None = None
+    verdict: FloorVerdict | None = None
     """Against plain decoding, where the pool's profile has a baseline."""
 
 

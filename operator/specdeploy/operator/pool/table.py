@@ -19,7 +19,7 @@ from specdeploy.operator.observed import JobPhase, ProfileView, read_profile
 from specdeploy.operator.pool.context import Context, Profiling, Waiting
 from specdeploy.operator.pool.jobs import current_attempt, job_waiting
 from specdeploy.operator.pool.pools import Pool
-from specdeploy.runtime.floor import Verdict
+from specdeploy.runtime.floor import FloorVerdict
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.ranges import Range, schedule_problems
@@ -35,7 +35,7 @@ class ServedTable:
     profile_ref: str | None
     profiling: Profiling
     shared: tuple[Manifest, ...] = ()
-    verdict: Verdict | None = None
+    verdict: FloorVerdict | None = None
     """Against plain decoding (the floor stage); with ``schedule`` None and a losing
     verdict, the pool fell back to plain decoding."""
     live: PoolLive | None = None

@@ -40,12 +40,20 @@ from typing import Any
 
 import kopf
 
-from specdeploy.operator.api import GROUP, KIND, PLURAL, PROFILE_KIND, PROFILE_PLURAL, VERSION
+from specdeploy.operator.api import (
+    DEPLOYMENT_KIND,
+    DEPLOYMENT_PLURAL,
+    GROUP,
+    PROFILE_KIND,
+    PROFILE_PLURAL,
+    VERSION,
+)
 from specdeploy.operator.builders.common import MANAGED_BY
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.clients.watch_cache import WatchCache, slim
 from specdeploy.operator.config import DEFAULT_CONFIG, Clock, Config, utc_now
 from specdeploy.operator.discovery import node_signature, selector_keys
+from specdeploy.operator.observed import READ_ONLY_WATCHED_KINDS, WATCHED_KINDS
 from specdeploy.operator.reactor.metrics import OperatorMetrics, Outcome
 from specdeploy.operator.reactor.reconcile import ScaleMemory, reconcile_once
 from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
@@ -56,25 +64,6 @@ from specdeploy.runtime.kube import paths
 Key = tuple[str, str]
 log = logging.getLogger("specdeploy.operator")
 MANAGED = {MANAGED_BY[0]: MANAGED_BY[1]}
-RETRIED: tuple[type[Exception], ...] = (k8s.ApiError, *k8s.TRANSPORT_ERRORS)
-"""A refusal or no answer at all: the reconcile is tried again after a delay."""
-WATCHED_CHILD_KINDS = (
-    "Job",
-    "Deployment",
-    "ConfigMap",
-    "Service",
-    "ServiceAccount",
-    "Role",
-    "RoleBinding",
-    "PodDisruptionBudget",
-    "NetworkPolicy",
-)
-"""The kinds the operator creates and watches: an edit or deletion of any of them reconciles
-its owners."""
-WATCHED_SCALER_KINDS = ("HorizontalPodAutoscaler",)
-"""Children watched into the cache for reads only: their status changes at every sync of the
-HPA controller, so only a deletion or a spec edit reconciles their owners. (KEDA's
-ScaledObjects are listed, not watched: their API may come and go with KEDA.)"""
 
 
 def _resource(kind: str) -> tuple[str, str, str]:
@@ -82,9 +71,9 @@ def _resource(kind: str) -> tuple[str, str, str]:
     return group, version, paths.kind_of(kind).plural
 
 
-CHILD_RESOURCES = tuple(_resource(kind) for kind in WATCHED_CHILD_KINDS)
+CHILD_RESOURCES = tuple(_resource(kind) for kind in WATCHED_KINDS)
 """(group, version, plural) of each watched child kind, as kopf names resources."""
-SCALER_RESOURCES = tuple(_resource(kind) for kind in WATCHED_SCALER_KINDS)
+SCALER_RESOURCES = tuple(_resource(kind) for kind in READ_ONLY_WATCHED_KINDS)
 MANAGED_SELECTOR = "=".join(MANAGED_BY)
 """The server-side label selector of the children's watches."""
 
@@ -93,10 +82,10 @@ def watch_cache(namespaces: tuple[str, ...] = ()) -> WatchCache:
     """The cache of what the handlers below watch: children (by the managed-by label),
     profiles, deployments and nodes (all of them)."""
     selectors: dict[str, str | None] = dict.fromkeys(
-        (*WATCHED_CHILD_KINDS, *WATCHED_SCALER_KINDS), MANAGED_SELECTOR
+        (*WATCHED_KINDS, *READ_ONLY_WATCHED_KINDS), MANAGED_SELECTOR
     )
     selectors[PROFILE_KIND] = None
-    selectors[KIND] = None  # the telemetry loop's every-tick list of deployments
+    selectors[DEPLOYMENT_KIND] = None  # the telemetry loop's every-tick list of deployments
     selectors["Node"] = None
     return WatchCache(selectors, namespaces=namespaces)
 
@@ -189,7 +178,7 @@ class Reconciler:
         awaited = self._awaiting.get(key)
         if awaited is None:
             return True
-        kept = None if self.cache is None else self.cache.get(KIND, *key)
+        kept = None if self.cache is None else self.cache.get(DEPLOYMENT_KIND, *key)
         if kept is not None and (kept.get("metadata") or {}).get("resourceVersion") == awaited:
             del self._awaiting[key]
             return True
@@ -227,7 +216,7 @@ class Reconciler:
             self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
             delay = self._backoff(key)
             log.warning("%s/%s: refused: %s; retrying in %.0fs", *key, err, delay)
-        except RETRIED as err:
+        except k8s.API_ERRORS as err:
             self.metrics.reconciled(Outcome.ERROR, self.monotonic() - started)
             # never sooner than the server asked (a 429's retryAfterSeconds)
             delay = max(self._backoff(key), getattr(err, "retry_after", None) or 0.0)
@@ -296,9 +285,9 @@ class Reconciler:
     def _deployments(self, scope: str | None) -> list[Key]:
         """The deployments of a namespace (None: all), from the watches' view when it has
         them (the resync re-lists it first), else listed."""
-        if self.cache is None or KIND not in self.cache.kinds:
+        if self.cache is None or DEPLOYMENT_KIND not in self.cache.kinds:
             return k8s.list_deployments(self.api, scope)
-        items = self.cache.items_or_list(self.api, KIND, scope)
+        items = self.cache.items_or_list(self.api, DEPLOYMENT_KIND, scope)
         return sorted((i["metadata"]["namespace"], i["metadata"]["name"]) for i in items)
 
     def _fan_out_later(self, scope: str | None, delay: float) -> None:
@@ -342,7 +331,7 @@ class Reconciler:
         asyncio.get_running_loop().create_task(sweep())
 
     def _selector_keys(self) -> frozenset[str] | None:
-        kept = None if self.cache is None else self.cache.items(KIND)
+        kept = None if self.cache is None else self.cache.items(DEPLOYMENT_KIND)
         if kept is None:
             return None
         return selector_keys((item.get("spec") or {}) for item in kept)
@@ -455,12 +444,12 @@ def register(
         for task in resyncs:
             task.cancel()
 
-    @_on(registry, GROUP, VERSION, PLURAL)
+    @_on(registry, GROUP, VERSION, DEPLOYMENT_PLURAL)
     async def deployment_event(
         type: str | None, namespace: str, name: str, body: dict[str, Any], **_: Any
     ) -> None:
         if reconciler.cache is not None:
-            reconciler.cache.observe(KIND, dict(body), deleted=type == "DELETED")
+            reconciler.cache.observe(DEPLOYMENT_KIND, dict(body), deleted=type == "DELETED")
         if type == "DELETED":
             reconciler.forget(namespace, name)
         else:  # owner references delete the children
@@ -469,7 +458,7 @@ def register(
                 namespace, name, urgent=reconciler.spec_changed((namespace, name), generation)
             )
 
-    for kind, (group, version, plural) in zip(WATCHED_CHILD_KINDS, CHILD_RESOURCES, strict=True):
+    for kind, (group, version, plural) in zip(WATCHED_KINDS, CHILD_RESOURCES, strict=True):
 
         @_on(
             registry, *filter(None, (group, version, plural)), labels=MANAGED, id=f"child-{plural}"
@@ -483,7 +472,9 @@ def register(
                 await reconciler.reconcile(namespace, owner)
 
     generations: dict[tuple[str, str, str], object] = {}
-    for kind, (group, version, plural) in zip(WATCHED_SCALER_KINDS, SCALER_RESOURCES, strict=True):
+    for kind, (group, version, plural) in zip(
+        READ_ONLY_WATCHED_KINDS, SCALER_RESOURCES, strict=True
+    ):
 
         @_on(registry, group, version, plural, labels=MANAGED, id=f"scaler-{plural}")
         async def scaler_event(

@@ -81,6 +81,7 @@ from typing import Any, ParamSpec
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from specdeploy.operator.clients import k8s
+from specdeploy.operator.decision.status import PROFILED, PROFILING_FAILED, names_pool
 from specdeploy.operator.naming import deployment_name, label_value
 from specdeploy.operator.telemetry.window import FetchProblem
 from specdeploy.runtime.kube import paths
@@ -167,15 +168,6 @@ def pools_of(bodies: Iterable[Mapping[str, Any]]) -> int:
 PoolLabels = tuple[str, str, str]
 """(namespace, deployment label value, pool label value) of one pool."""
 
-PROFILED, PROFILING_FAILED = "Profiled", "ProfilingFailed"
-"""The condition and reason ``status.profiled_condition`` sets when a pool's profiling failed."""
-
-
-def _names_pool(message: str, gpu_type: str) -> bool:
-    # status.profiled_condition joins "<gpuType>: <pool message>" per failed pool with "; ".
-    head = f"{gpu_type}: "
-    return message.startswith(head) or f"; {head}" in message
-
 
 def profiling_failed_pools(bodies: Iterable[Mapping[str, Any]]) -> set[PoolLabels]:
     """Pools whose deployment's Profiled condition is False with ProfilingFailed, naming them."""
@@ -188,7 +180,7 @@ def profiling_failed_pools(bodies: Iterable[Mapping[str, Any]]) -> set[PoolLabel
             message = str(cond.get("message") or "")
             for pool in status.get("pools") or ():
                 gpu = str(pool.get("gpuType") or "")
-                if gpu and _names_pool(message, gpu):
+                if gpu and names_pool(message, gpu):
                     name = label_value(str(meta.get("name") or ""))
                     failed.add((str(meta.get("namespace") or ""), name, label_value(gpu)))
     return failed

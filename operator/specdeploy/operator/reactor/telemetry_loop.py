@@ -30,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from specdeploy.operator.api import KIND, PROFILE_KIND
+from specdeploy.operator.api import DEPLOYMENT_KIND, PROFILE_KIND
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.clients.prometheus import PromClient
 from specdeploy.operator.clients.watch_cache import WatchCache
@@ -51,7 +51,6 @@ from specdeploy.runtime.kube.requests import MERGE_PATCH
 log = logging.getLogger("specdeploy.operator.telemetry")
 Key = tuple[str, str]
 Deliver = Callable[[str, str, TelemetryReport], Awaitable[None]]
-API_ERRORS: tuple[type[Exception], ...] = (k8s.ApiError, *k8s.TRANSPORT_ERRORS)
 Group = tuple[str, float]
 """(Prometheus URL, interval in seconds): deployments asked together."""
 
@@ -144,7 +143,7 @@ class TelemetryLoop:
                     await self.tick(session)
                 except asyncio.CancelledError:
                     raise
-                except API_ERRORS as err:
+                except k8s.API_ERRORS as err:
                     # The API server unreachable or refusing (a restart, an outage): one
                     # line, not a traceback per tick; the tick after it tries again.
                     log.warning("telemetry tick: the API did not answer (%s); trying again", err)
@@ -195,18 +194,20 @@ class TelemetryLoop:
     # --- API reads and the profiles' status -------------------------------------
 
     def _list(self) -> list[dict[str, Any]]:
-        if self.cache is not None and KIND in self.cache.kinds:
-            return self.cache.items_or_list(self.api, KIND)
+        if self.cache is not None and DEPLOYMENT_KIND in self.cache.kinds:
+            return self.cache.items_or_list(self.api, DEPLOYMENT_KIND)
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         return [
-            item for scope in scopes for item in k8s.list_items(self.api, paths.path(KIND, scope))
+            item
+            for scope in scopes
+            for item in k8s.list_items(self.api, paths.path(DEPLOYMENT_KIND, scope))
         ]
 
     def _update_profiles(self, bodies: Sequence[Mapping[str, Any]]) -> None:
         for (namespace, name), sources in sorted(contributions(bodies).items()):
             try:
                 self._update_profile(namespace, name, sources)
-            except API_ERRORS as err:
+            except k8s.API_ERRORS as err:
                 log.warning("%s/%s: profile status not updated: %s", namespace, name, err)
 
     def _update_profile(self, namespace: str, name: str, sources: list[tuple[str, Any]]) -> None:

@@ -17,9 +17,9 @@ from specdeploy.runtime.profile import (
     API_VERSION,
     DEPLOYMENT_KIND,
     DEPLOYMENT_PLURAL,
+    PROFILE_KIND,
+    PROFILE_PLURAL,
 )
-from specdeploy.runtime.profile import KIND as PROFILE_KIND
-from specdeploy.runtime.profile import PLURAL as PROFILE_PLURAL
 
 __all__ = ["KINDS", "Kind", "collection_path", "kind_of", "object_path", "path"]
 

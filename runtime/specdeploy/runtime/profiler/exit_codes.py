@@ -74,11 +74,6 @@ def out_of_memory(reason: str) -> DeterministicFailure:
     return failure(ExitCode.OUT_OF_MEMORY, reason)
 
 
-def dataset_unavailable(reason: str) -> DeterministicFailure:
-    """The dataset's package is not installed, or its file is missing or malformed."""
-    return failure(ExitCode.DATASET_UNAVAILABLE, reason)
-
-
 def backend_unavailable(reason: str) -> DeterministicFailure:
     """The engine cannot be loaded in this image (e.g. vLLM not importable)."""
     return failure(ExitCode.BACKEND_UNAVAILABLE, reason)

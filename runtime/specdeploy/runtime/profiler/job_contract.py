@@ -19,9 +19,12 @@ __all__ = [
     "ENV_NAME",
     "ENV_NAMESPACE",
     "ENV_SA_DIR",
+    "PROFILER_CONTAINER",
     "SERVICEACCOUNT_DIR",
 ]
 
+PROFILER_CONTAINER = "profiler"
+"""The Job's container: the operator reads its exit code from the pod's status."""
 ENV_NAME = "SPECDEPLOY_PROFILE_NAME"
 """The SpeculationProfile to write (the operator names it after the fingerprint)."""
 ENV_NAMESPACE = "SPECDEPLOY_PROFILE_NAMESPACE"

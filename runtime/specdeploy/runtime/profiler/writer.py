@@ -46,8 +46,8 @@ from specdeploy.runtime.kube.client import TRANSPORT_ERRORS
 from specdeploy.runtime.kube.requests import JSON, Query, Request, Response
 from specdeploy.runtime.profile import (
     GROUP,
-    KIND,
-    PLURAL,
+    PROFILE_KIND,
+    PROFILE_PLURAL,
     SpeculationProfile,
     dump_profile,
     save_profile,
@@ -127,7 +127,7 @@ def access_review(namespace: str, verb: str) -> Request:
                     "namespace": namespace,
                     "verb": verb,
                     "group": GROUP,
-                    "resource": PLURAL,
+                    "resource": PROFILE_PLURAL,
                 }
             },
         },
@@ -180,11 +180,11 @@ class ApiWriter:
                 return
             if self.clock() + delay > deadline:
                 raise output_rejected(
-                    f"this service account may not {'/'.join(denied)} {PLURAL}.{GROUP} "
+                    f"this service account may not {'/'.join(denied)} {PROFILE_PLURAL}.{GROUP} "
                     f"in namespace {self.namespace} (needs {', '.join(VERBS)})"
                 )
             verbs = "/".join(denied)
-            self.log(f"not yet allowed to {verbs} {PLURAL}; asking again in {delay:.0f}s")
+            self.log(f"not yet allowed to {verbs} {PROFILE_PLURAL}; asking again in {delay:.0f}s")
             self.sleep(delay)
             delay = min(PATIENT_DELAYS[1], delay * 2)
 
@@ -232,20 +232,20 @@ class ApiWriter:
             raise ValueError("a profile written through the API needs a name")
         body["metadata"] = {**body["metadata"], "name": name, "namespace": self.namespace}
         where = f"{self.namespace}/{name}"
-        collection = paths.path(KIND, self.namespace)
+        collection = paths.path(PROFILE_KIND, self.namespace)
         created = self._send(Request("POST", collection, f"create {where}", body=body))
         if created.ok:
-            return f"{PLURAL}.{GROUP} {where} (created)"
+            return f"{PROFILE_PLURAL}.{GROUP} {where} (created)"
         if created.status != 409:
             self._raise_if_refused(created, f"create {where}")
-        item = paths.path(KIND, self.namespace, name)
+        item = paths.path(PROFILE_KIND, self.namespace, name)
         for _ in range(RETRIES):
             existing = self._send(Request("GET", item, f"read {where}"))
             self._raise_if_refused(existing, f"read {where}")
             update = replaced(existing.body, body)
             put = self._send(Request("PUT", item, f"replace {where}", body=update))
             if put.ok:
-                return f"{PLURAL}.{GROUP} {where} (replaced)"
+                return f"{PROFILE_PLURAL}.{GROUP} {where} (replaced)"
             if put.status != 409:
                 self._raise_if_refused(put, f"replace {where}")
         raise KubeUnavailable(f"replace {where}: still conflicting after {RETRIES} tries")

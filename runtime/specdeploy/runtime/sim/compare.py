@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.runtime.floor import Verdict, judge
+from specdeploy.runtime.floor import FloorVerdict, judge
 from specdeploy.runtime.policy import AdaptivePolicy, TablePolicy
 from specdeploy.runtime.policy.static import FixedPolicy, static_lookup
 from specdeploy.runtime.profile import SpeculationProfile
@@ -175,7 +175,7 @@ class Comparison:
         lookup = static_lookup(self.profile.spec, self.preset.max_batch_size)
         return sorted({0, *lookup[1:]})
 
-    def floor(self, workload: Workload) -> Verdict:
+    def floor(self, workload: Workload) -> FloorVerdict:
         """The operator's plain-decoding verdict for a pool serving ``workload``."""
         if isinstance(workload, ClosedLoop):
             served = [workload.concurrency]

@@ -101,20 +101,6 @@ class PiecewiseRate:
 
 
 @dataclass(frozen=True)
-class SinusoidalRate:
-    """mean + amplitude x sin(2 pi t / period + phase), floored at 0."""
-
-    mean: float
-    amplitude: float
-    period_s: float
-    phase: float = 0.0
-
-    def __call__(self, t: float) -> float:
-        wave = math.sin(2.0 * math.pi * t / self.period_s + self.phase)
-        return max(0.0, self.mean + self.amplitude * wave)
-
-
-@dataclass(frozen=True)
 class ClosedLoop:
     """``concurrency`` clients; a finished request is replaced at once."""
 

@@ -34,7 +34,7 @@ import logging
 from collections.abc import Sequence
 
 from specdeploy.runtime.policy.base import StepRecord
-from specdeploy.runtime.vllm_addon.drafting import DraftingRateWatch, Drift, Verdict
+from specdeploy.runtime.vllm_addon.drafting import DraftingRateWatch, DraftingWindow, Drift
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 from specdeploy.runtime.vllm_addon.steps import StepReading, count_drafts
 from specdeploy.runtime.vllm_addon.table_source import EngineShape, LoadedTable, clamp_map
@@ -174,7 +174,7 @@ class KController:
         verified = sum(1 + min(length, k) for length, _ in drafts)
         return self.finish_step(batch_size, k, seconds, StepReading(k, requests, verified, 0))
 
-    def _drafting_verdict(self, verdict: Verdict) -> None:
+    def _drafting_verdict(self, verdict: DraftingWindow) -> None:
         if self.metrics is not None:
             self.metrics.drafting(verdict)
         if not verdict.changed:

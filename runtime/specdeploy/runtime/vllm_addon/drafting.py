@@ -41,7 +41,7 @@ class Drift(Enum):
     ABOVE = 1
 
 
-class Verdict(NamedTuple):
+class DraftingWindow(NamedTuple):
     """One closed window."""
 
     rate: float
@@ -66,7 +66,7 @@ class DraftingRateWatch:
         self._reached = 0
         self._proposed = 0
 
-    def add(self, reached: int, proposed: int) -> Verdict | None:
+    def add(self, reached: int, proposed: int) -> DraftingWindow | None:
         """One step's position-1 counts; a verdict when they complete a window."""
         self._reached += reached
         self._proposed += proposed
@@ -79,7 +79,7 @@ class DraftingRateWatch:
         state = self.judge(rate, n)
         changed = state is not self.state
         self.state = state
-        return Verdict(rate, self.reference, state, changed)
+        return DraftingWindow(rate, self.reference, state, changed)
 
     def judge(self, rate: float, n: int) -> Drift:
         """The state of a window of ``n`` reached sequence-steps at ``rate``."""

@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 
 from specdeploy.runtime.contract import Series, SeriesLabel
 from specdeploy.runtime.policy.base import StepRecord
-from specdeploy.runtime.vllm_addon.drafting import Drift, Verdict
+from specdeploy.runtime.vllm_addon.drafting import DraftingWindow, Drift
 from specdeploy.runtime.vllm_addon.step_series import StepSeries
 
 __all__ = ["STEP_SECONDS_BUCKETS", "AddonMetrics"]
@@ -160,7 +160,7 @@ class AddonMetrics:
         """One finished step: ``k`` the K chosen for it, ``record`` what it verified."""
         self.series.record(k, record)
 
-    def drafting(self, verdict: Verdict) -> None:
+    def drafting(self, verdict: DraftingWindow) -> None:
         """A closed drafting-rate window (``drafting.DraftingRateWatch``)."""
         self.drafting_rate.labels(self.pool).set(verdict.rate)
         self.drafting_drift.labels(self.pool).set(verdict.state.value)

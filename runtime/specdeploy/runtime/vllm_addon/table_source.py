@@ -37,7 +37,13 @@ from specdeploy.runtime.policy.adaptive import AdaptivePolicy
 from specdeploy.runtime.policy.base import KPolicy
 from specdeploy.runtime.policy.config import AdaptiveConfig
 from specdeploy.runtime.policy.static import FixedPolicy, TablePolicy
-from specdeploy.runtime.profile import API_VERSION, KIND, ProfileError, ProfileSpec, parse_profile
+from specdeploy.runtime.profile import (
+    API_VERSION,
+    PROFILE_KIND,
+    ProfileError,
+    ProfileSpec,
+    parse_profile,
+)
 from specdeploy.runtime.ranges import ScheduleError, expand_lookup
 from specdeploy.runtime.schedule import k_values
 
@@ -211,7 +217,7 @@ def _profile_spec(data: bytes | None, name: str) -> ProfileSpec:
         raise TableError(f"{name}: missing, and the adaptive policy needs the profile")
     spec = _json_object(data, name)
     try:
-        return parse_profile({"apiVersion": API_VERSION, "kind": KIND, "spec": spec}).spec
+        return parse_profile({"apiVersion": API_VERSION, "kind": PROFILE_KIND, "spec": spec}).spec
     except ProfileError as err:
         raise TableError(f"{name}: {err}") from None
 

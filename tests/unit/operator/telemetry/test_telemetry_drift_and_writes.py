@@ -6,7 +6,7 @@ import asyncio
 import copy
 from typing import Any
 
-from specdeploy.operator.api import KIND, PROFILE_KIND
+from specdeploy.operator.api import DEPLOYMENT_KIND, PROFILE_KIND
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import CHILD_KINDS
@@ -101,7 +101,7 @@ class FakeApi:
         return {}
 
     def _get(self, path: str) -> dict[str, Any]:
-        if path == paths.path(KIND, NS, self.body["metadata"]["name"]):
+        if path == paths.path(DEPLOYMENT_KIND, NS, self.body["metadata"]["name"]):
             return copy.deepcopy(self.body)
         if path == paths.path(PROFILE_KIND, NS):
             return {"items": [self.profile]}

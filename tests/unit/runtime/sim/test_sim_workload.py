@@ -18,7 +18,6 @@ from specdeploy.runtime.sim.workload import (
     PiecewiseRate,
     RequestStream,
     Rollout,
-    SinusoidalRate,
     fixed,
     is_finite,
 )
@@ -60,9 +59,6 @@ def test_rate_shapes() -> None:
     assert [steps(t) for t in (0.0, 9.9, 10.0, 19.0, 25.0)] == [1.0, 1.0, 5.0, 5.0, 2.0]
     with pytest.raises(ValueError):
         PiecewiseRate(((5.0, 1.0), (1.0, 2.0)))
-    wave = SinusoidalRate(mean=10.0, amplitude=15.0, period_s=60.0)
-    assert wave(15.0) == pytest.approx(25.0)
-    assert wave(45.0) == 0.0  # floored, never negative
 
 
 def test_poisson_arrivals_average_the_rate_of_each_phase() -> None:
