@@ -47,7 +47,7 @@ import numpy.typing as npt
 from e2e.emulated.drafting import DraftSampler
 from e2e.emulated.ksource import KSource
 from e2e.emulated.vllm_metrics import FinishedRequest, VllmMetrics
-from specdeploy.runtime.sim.costs import StepCost
+from specdeploy.runtime.sim.step_time import StepCost
 from specdeploy.runtime.sim.workload import Lengths
 from specdeploy.runtime.vllm_addon.steps import StepReading
 

@@ -17,7 +17,7 @@ Four cases, from the arguments alone, as vLLM builds them:
   ``StepReading`` vLLM's hook would read.
 
 ``piecewise`` is whether vLLM runs with a K table set (the cost model charges
-piecewise CUDA graphs for it on the V1 model runner only: ``sim/costs.py``).
+piecewise CUDA graphs for it on the V1 model runner only: ``sim/step_time.py``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import kopf
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.config import Config
 from specdeploy.operator.reactor import leader, standby
-from specdeploy.operator.reactor.handlers import Reconciler, register, register_login, watch_cache
+from specdeploy.operator.reactor.handlers import Reconciler, register, register_login, watched_view
 from specdeploy.operator.reactor.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
 from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 
@@ -177,7 +177,7 @@ def _operate(
     api = MeteredApi(client, metrics)
     registry = kopf.OperatorRegistry()
     settings = prometheus_from_env(config or Config())
-    cache = watch_cache(tuple(namespaces))
+    cache = watched_view(tuple(namespaces))
     reconciler = Reconciler(
         api=api,
         config=settings,

@@ -381,7 +381,7 @@ def test_a_429_is_retried_no_sooner_than_the_server_asked(monkeypatch: pytest.Mo
 def synced_handlers() -> tuple[WatchCache, dict[str, Any]]:
     """A cache with every watched kind synced (empty) and the handlers registered on it,
     by handler id."""
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
     for kind in cache.kinds:
         cache.refresh(EmptyApi(), kind)
     reg = kopf.OperatorRegistry()

@@ -63,7 +63,7 @@ def test_from_creation_to_ready_reading_the_cache_and_then_idle_reconciles_list_
 ):
     api = cluster(H100, H100)
     create_example(api)
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
     first = reconcile(api, cache)
     listed = {path for method, path in first if method == "GET"}
     assert paths.path("Node") in listed  # the first reconcile fills the cache
@@ -98,7 +98,7 @@ def test_from_creation_to_ready_reading_the_cache_and_then_idle_reconciles_list_
 def test_profiling_pods_are_listed_only_while_a_job_has_not_succeeded() -> None:
     api = cluster(H100)
     create_example(api)
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
     for _ in range(2):
         reconcile(api, cache)
     pods = paths.path("Pod", NS)
@@ -253,7 +253,7 @@ def test_without_keda_scaledobjects_are_asked_once_per_resync_not_per_reconcile(
     api = NoKeda()
     api.put("nodes", {"metadata": {"name": "n0"}})
     create_example(api)
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
 
     def asked() -> int:
         return sum("scaledobjects" in path for _, path in api.requests)
@@ -277,7 +277,7 @@ def test_the_telemetry_loop_and_the_fan_out_read_deployments_from_the_cache() ->
 
     api = cluster(H100)
     create_example(api)
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
     cache.refresh_all(api)
 
     async def nothing(*_: Any) -> None:
@@ -293,7 +293,7 @@ def test_the_telemetry_loop_and_the_fan_out_read_deployments_from_the_cache() ->
 def test_a_scaledobject_written_after_the_404_is_listed_again_at_once() -> None:
     """KEDA installed after the operator started: a ScaledObject the operator then makes
     must be seen (and pruned when the mode changes), not hidden until the resync."""
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
     cache.mark_absent("ScaledObject")
     cache.wrote(paths.path("Deployment", NS, "x"))
     assert cache.absent("ScaledObject")
@@ -310,7 +310,7 @@ def deployment_reads(api: FakeApi) -> int:
 def ready_with_cache() -> tuple[FakeApi, WatchCache, handlers.Reconciler]:
     api = cluster(H100)
     create_example(api)
-    cache = handlers.watch_cache()
+    cache = handlers.watched_view()
     for step in (None, finish_profiling, finish_rollouts):
         if step is not None:
             step(api)

@@ -78,7 +78,7 @@ MANAGED_SELECTOR = "=".join(MANAGED_BY)
 """The server-side label selector of the children's watches."""
 
 
-def watch_cache(namespaces: tuple[str, ...] = ()) -> WatchCache:
+def watched_view(namespaces: tuple[str, ...] = ()) -> WatchCache:
     """The cache of what the handlers below watch: children (by the managed-by label),
     profiles, deployments and nodes (all of them)."""
     selectors: dict[str, str | None] = dict.fromkeys(

@@ -11,8 +11,9 @@ Modules, one concern each:
 - ``roofline``: time of one forward pass by kernel class on a TP group.
 - ``drafts``: EAGLE / EAGLE-3 heads, draft models, n-gram: cost per step.
 - ``proposals``: how many drafts a drafter proposes (lookup drafters: often none).
-- ``costs``: step cost = target verify + draft + engine overheads (piecewise
-  graphs only with a K table, the cost of a K switch).
+- ``step_time``: the true step time = target verify + draft + engine overheads
+  (piecewise graphs only with a K table, the cost of a K switch); the fitted
+  model the policies use is ``runtime.cost``.
 - ``acceptance``: per-position acceptance profiles, drift, bursts, mixtures, sampling.
 - ``workload``: request lengths, closed loop, open loop with pre-drawn arrivals,
   rollouts.

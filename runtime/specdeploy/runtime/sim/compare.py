@@ -21,7 +21,7 @@ Policies by name:
                 step from the true cost: each scenario says which).
 
 ``table`` and ``adaptive`` set a K table; on vLLM's V1 model runner that
-forces piecewise CUDA graphs and their per-layer cost (``costs.py``,
+forces piecewise CUDA graphs and their per-layer cost (``step_time.py``,
 ``Preset.runner``); vanilla and fixed K never pay it. Oracles set a table
 too: an oracle measures the *choice* of K on the platform a table-driven pod
 runs, not the platform.

@@ -41,10 +41,10 @@ import numpy.typing as npt
 from specdeploy.runtime.goodput import DraftCounts
 from specdeploy.runtime.policy.base import KPolicy, StepRecord
 from specdeploy.runtime.sim.acceptance import AcceptanceModel, ClassedSampler
-from specdeploy.runtime.sim.costs import StepCost
 from specdeploy.runtime.sim.counts import per_sequence_k_counts, uniform_k_counts
 from specdeploy.runtime.sim.proposals import ALWAYS_FULL, ProposalModel
 from specdeploy.runtime.sim.state import PerClassPolicy, StatePolicy, StepState
+from specdeploy.runtime.sim.step_time import StepCost
 from specdeploy.runtime.sim.workload import (
     ArrivalPlan,
     ClosedLoop,

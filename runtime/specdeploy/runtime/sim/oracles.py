@@ -38,9 +38,9 @@ import numpy as np
 from specdeploy.runtime.goodput import acceptance_lengths, verified_per_sequence
 from specdeploy.runtime.policy.base import StepRecord
 from specdeploy.runtime.sim.acceptance import AcceptanceModel, Mixture
-from specdeploy.runtime.sim.costs import StepCost
 from specdeploy.runtime.sim.proposals import ProposalModel, effective_rates
 from specdeploy.runtime.sim.state import StepState
+from specdeploy.runtime.sim.step_time import StepCost
 
 
 class StateOracle:

@@ -35,7 +35,6 @@ from specdeploy.runtime.sim.acceptance import (
     NGRAM_CHAT,
     AcceptanceModel,
 )
-from specdeploy.runtime.sim.costs import Overheads, StepCost
 from specdeploy.runtime.sim.drafts import Drafter, draft_model, eagle3_head, eagle_head, ngram
 from specdeploy.runtime.sim.engine import AnyPolicy, EngineConfig, SimResult, simulate
 from specdeploy.runtime.sim.hardware import GPU, get_gpu
@@ -51,6 +50,7 @@ from specdeploy.runtime.sim.models import (
 )
 from specdeploy.runtime.sim.proposals import ProposalModel, effective_rates
 from specdeploy.runtime.sim.roofline import Roofline
+from specdeploy.runtime.sim.step_time import Overheads, StepCost
 from specdeploy.runtime.sim.workload import (
     SHAREGPT_OUTPUT,
     SHAREGPT_PROMPT,
@@ -149,7 +149,7 @@ class Preset:
         """An engine for this preset; ``speculative`` False is vanilla serving.
 
         ``piecewise``: a K table is set (the table and adaptive policies); on
-        the V1 runner vLLM then runs piecewise CUDA graphs (``costs.py``), on
+        the V1 runner vLLM then runs piecewise CUDA graphs (``step_time.py``), on
         V2 it costs nothing (``runner``).
         """
         batch = self.max_batch_size if max_batch_size is None else max_batch_size

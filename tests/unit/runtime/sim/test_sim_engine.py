@@ -372,7 +372,7 @@ def test_the_runner_is_vllms_choice_for_the_method(method: str, runner: str) -> 
 def test_every_change_of_k_pays_the_switch_cost() -> None:
     from dataclasses import replace
 
-    from specdeploy.runtime.sim.costs import Overheads
+    from specdeploy.runtime.sim.step_time import Overheads
 
     free = replace(LLAMA, overheads=Overheads(k_switch_s=0.0))
     kw = {"steps": 200, "seed": 23, "trace": True}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specdeploy.runtime.sim.costs import StepCost
 from specdeploy.runtime.sim.drafts import draft_model, eagle3_head, eagle_head, ngram
 from specdeploy.runtime.sim.hardware import GPUS, get_gpu
 from specdeploy.runtime.sim.models import (
@@ -17,6 +16,7 @@ from specdeploy.runtime.sim.models import (
 )
 from specdeploy.runtime.sim.presets import PRESETS, get_preset
 from specdeploy.runtime.sim.roofline import Roofline
+from specdeploy.runtime.sim.step_time import StepCost
 
 
 def test_gpu_lookup_by_short_name_and_gfd_label() -> None:

@@ -1,4 +1,4 @@
-"""Step cost: the wall time of one engine step (draft + verify + overheads).
+"""The simulator's true step time: the wall time of one engine step (draft + verify + overheads).
 
 A step verifies T tokens: 1 + L per decoding sequence, L its proposal
 length (K for EAGLE and draft models; n-gram and suffix lookups often
