@@ -5,7 +5,7 @@ layers below it (``.importlinter`` checks it, transitively):
 
 =================  ========================================================
 ``main``           start: the client, the reconciler, the kopf handlers, kopf's loop
-``reactor/``       WHEN (async): handlers, the queue, one reconcile's I/O sequence,
+``reactor/``       WHEN (async): handlers, the reconciler and its queue, one reconcile's I/O,
                    the telemetry timer, leader election, the operator's metrics
 ``clients/``       the only API and HTTP I/O: ``k8s``, ``watch_cache``, ``prometheus``
 ``decision/``      PURE one deployment: ``decide`` (spec, observed, memory) -> Decision,

@@ -26,8 +26,9 @@ import kopf
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.config import Config
 from specdeploy.operator.reactor import leader, standby
-from specdeploy.operator.reactor.handlers import Reconciler, register, register_login, watched_view
+from specdeploy.operator.reactor.handlers import register, register_login, watched_view
 from specdeploy.operator.reactor.metrics import DEFAULT_PORT, MeteredApi, OperatorMetrics
+from specdeploy.operator.reactor.reconciler import Reconciler
 from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 
 DEFAULT_RESYNC_SECONDS = 300.0

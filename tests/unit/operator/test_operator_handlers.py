@@ -15,6 +15,7 @@ from specdeploy.operator.clients import k8s
 from specdeploy.operator.clients.watch_cache import WatchCache
 from specdeploy.operator.reactor import handlers
 from specdeploy.operator.reactor.reconcile import Result
+from specdeploy.operator.reactor.reconciler import Reconciler
 
 
 class ListsOnly:
@@ -35,7 +36,7 @@ class NoApi:
 
 def registry() -> kopf.OperatorRegistry:
     reg = kopf.OperatorRegistry()
-    handlers.register(reg, handlers.Reconciler(api=NoApi()), resync_seconds=60)
+    handlers.register(reg, Reconciler(api=NoApi()), resync_seconds=60)
     return reg
 
 
@@ -108,7 +109,7 @@ def test_a_resync_reconciles_every_deployment_again_without_any_event(
     monkeypatch.setattr(k8s, "list_deployments", lambda api, ns: [("ns", "a"), ("ns", "b")])
 
     async def run() -> None:
-        r = handlers.Reconciler(api=NoApi())
+        r = Reconciler(api=NoApi())
         task = asyncio.get_running_loop().create_task(r.resync(0.05))
         await asyncio.sleep(0.4)
         task.cancel()
@@ -133,7 +134,7 @@ def test_a_failed_fan_out_is_retried_not_dropped(
     monkeypatch.setattr(k8s, "list_deployments", flaky_list)
 
     async def run() -> None:
-        r = handlers.Reconciler(api=NoApi(), retry_seconds=0.01)
+        r = Reconciler(api=NoApi(), retry_seconds=0.01)
         await r.reconcile_namespace("ns")
         await asyncio.sleep(0.3)
 
@@ -153,13 +154,13 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         time.sleep(0.05)
         return Result((), None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", fake)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", fake)
     return seen
 
 
 def test_a_burst_of_events_for_one_deployment_coalesces(calls: list[tuple[str, str]]) -> None:
     async def burst() -> None:
-        r = handlers.Reconciler(api=NoApi())
+        r = Reconciler(api=NoApi())
         await asyncio.gather(*(r.reconcile("ns", "a") for _ in range(10)))
 
     asyncio.run(burst())
@@ -168,7 +169,7 @@ def test_a_burst_of_events_for_one_deployment_coalesces(calls: list[tuple[str, s
 
 def test_different_deployments_are_reconciled_independently(calls: list[tuple[str, str]]) -> None:
     async def both() -> None:
-        r = handlers.Reconciler(api=NoApi())
+        r = Reconciler(api=NoApi())
         await asyncio.gather(r.reconcile("ns", "a"), r.reconcile("ns", "b"))
 
     asyncio.run(both())
@@ -193,10 +194,10 @@ def test_a_failed_reconcile_is_retried(monkeypatch: pytest.MonkeyPatch, error: E
             raise error
         return Result((), None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", flaky)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", flaky)
 
     async def run() -> None:
-        r = handlers.Reconciler(api=NoApi(), retry_seconds=0.01)
+        r = Reconciler(api=NoApi(), retry_seconds=0.01)
         await r.reconcile("ns", "a")
         await asyncio.sleep(0.2)
 
@@ -205,7 +206,7 @@ def test_a_failed_reconcile_is_retried(monkeypatch: pytest.MonkeyPatch, error: E
 
 
 def test_only_a_change_discovery_reads_makes_a_node_event_count() -> None:
-    r = handlers.Reconciler(api=NoApi())
+    r = Reconciler(api=NoApi())
     node = {
         "metadata": {"labels": {"nvidia.com/gpu.product": "H100"}},
         "status": {"capacity": {"nvidia.com/gpu": "8"}},
@@ -230,7 +231,7 @@ def test_with_a_view_of_the_deployments_only_labels_their_selectors_name_count()
         ),
         DEPLOYMENT_KIND,
     )
-    r = handlers.Reconciler(api=NoApi(), cache=cache)
+    r = Reconciler(api=NoApi(), cache=cache)
     labels = {"nvidia.com/gpu.product": "H100", "team": "a"}
     node = {"metadata": {"labels": labels}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
     assert r.node_changed("n1", node)
@@ -245,7 +246,7 @@ def test_a_new_selector_key_does_not_make_every_nodes_next_heartbeat_a_change() 
     2,000 nodes swept every deployment once more, about a sweep a second."""
     cache = WatchCache({DEPLOYMENT_KIND: None, "Node": None})
     cache.refresh(ListsOnly([]), DEPLOYMENT_KIND)
-    r = handlers.Reconciler(api=NoApi(), cache=cache)
+    r = Reconciler(api=NoApi(), cache=cache)
     labels = {"nvidia.com/gpu.product": "H100", "nvidia.com/gpu.family": "hopper"}
     node = {"metadata": {"labels": labels}, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
     assert r.node_changed("n1", node)
@@ -265,7 +266,7 @@ def test_a_new_selector_key_does_not_make_every_nodes_next_heartbeat_a_change() 
 def test_a_node_sweep_reads_the_deployments_from_the_watches_view() -> None:
     """A node event changes nothing of a deployment: its reconcile may use the cache."""
     seen: list[tuple[str | None, bool]] = []
-    r = handlers.Reconciler(api=NoApi())
+    r = Reconciler(api=NoApi())
 
     async def reconcile_namespace(namespace: str | None, *, cached: bool = False) -> None:
         seen.append((namespace, cached))
@@ -312,9 +313,7 @@ def test_the_namespaced_mode_scans_no_namespaces_or_crds_which_its_role_cannot_g
     """Seen on the local cluster: with named namespaces kopf still listed namespaces
     cluster-wide and met a 403 every few seconds."""
     reg = kopf.OperatorRegistry()
-    handlers.register(
-        reg, handlers.Reconciler(api=NoApi(), namespaces=("inference",)), resync_seconds=60
-    )
+    handlers.register(reg, Reconciler(api=NoApi(), namespaces=("inference",)), resync_seconds=60)
     assert _run_startup(reg).scanning.disabled is True
     assert _run_startup(registry()).scanning.disabled is False
 
@@ -330,10 +329,10 @@ def test_events_during_a_backoff_wait_for_the_retry_but_a_spec_change_does_not(
         attempts.append(1)
         raise k8s.ApiError("PATCH", "/x", 503, "{}")
 
-    monkeypatch.setattr(handlers, "reconcile_once", refused)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", refused)
 
     async def run() -> tuple[int, int]:
-        r = handlers.Reconciler(api=NoApi(), retry_seconds=0.5)
+        r = Reconciler(api=NoApi(), retry_seconds=0.5)
         await r.reconcile("ns", "a")
         for _ in range(20):  # child, profile and node events while it backs off
             await r.reconcile("ns", "a")
@@ -351,7 +350,7 @@ def test_events_during_a_backoff_wait_for_the_retry_but_a_spec_change_does_not(
 
 
 def test_only_a_new_generation_makes_a_deployment_event_urgent() -> None:
-    r = handlers.Reconciler(api=NoApi())
+    r = Reconciler(api=NoApi())
     assert r.spec_changed(("ns", "a"), 1)
     assert not r.spec_changed(("ns", "a"), 1), "a status write of ours: same generation"
     assert r.spec_changed(("ns", "a"), 2)
@@ -367,10 +366,10 @@ def test_a_429_is_retried_no_sooner_than_the_server_asked(monkeypatch: pytest.Mo
     def throttled(*args: Any, **kwargs: Any) -> Result:
         raise k8s.ApiError("PATCH", "/x", 429, busy)
 
-    monkeypatch.setattr(handlers, "reconcile_once", throttled)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", throttled)
 
     async def run() -> None:
-        r = handlers.Reconciler(api=NoApi(), retry_seconds=1.0)
+        r = Reconciler(api=NoApi(), retry_seconds=1.0)
         monkeypatch.setattr(r, "_retry_later", lambda key, delay: delays.append(delay))
         await r.reconcile("ns", "a")
 
@@ -385,7 +384,7 @@ def synced_handlers() -> tuple[WatchCache, dict[str, Any]]:
     for kind in cache.kinds:
         cache.refresh(EmptyApi(), kind)
     reg = kopf.OperatorRegistry()
-    handlers.register(reg, handlers.Reconciler(api=NoApi(), cache=cache), resync_seconds=60)
+    handlers.register(reg, Reconciler(api=NoApi(), cache=cache), resync_seconds=60)
     return cache, {h.id.rpartition(".")[2]: h.fn for h in reg._watching.get_all_handlers()}
 
 
@@ -467,7 +466,7 @@ def test_a_new_deployment_is_reconciled_before_a_namespace_s_backlog(
     (a new generation: urgent) must not wait behind them."""
 
     async def run() -> None:
-        r = handlers.Reconciler(api=NoApi(), workers=1)
+        r = Reconciler(api=NoApi(), workers=1)
         backlog = [asyncio.create_task(r.reconcile("big", f"d{i}")) for i in range(5)]
         await asyncio.sleep(0.01)
         new = asyncio.create_task(r.reconcile("team", "new", urgent=True))

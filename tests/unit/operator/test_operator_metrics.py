@@ -27,7 +27,6 @@ from specdeploy.operator.clients import k8s
 from specdeploy.operator.decision.status import profiled_condition
 from specdeploy.operator.naming import label_value
 from specdeploy.operator.pool.context import PoolOutcome, Profiling
-from specdeploy.operator.reactor import handlers
 from specdeploy.operator.reactor.metrics import (
     DEFAULT_PORT,
     MeteredApi,
@@ -38,6 +37,7 @@ from specdeploy.operator.reactor.metrics import (
     write_labels,
 )
 from specdeploy.operator.reactor.reconcile import Result
+from specdeploy.operator.reactor.reconciler import Reconciler
 from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 from specdeploy.runtime.kube import paths
 from specdeploy.runtime.kube.requests import APPLY_PATCH, JSON_PATCH, MERGE_PATCH
@@ -100,7 +100,7 @@ def new_deployment() -> FakeApi:
     return api
 
 
-def reconcile(reconciler: handlers.Reconciler) -> None:
+def reconcile(reconciler: Reconciler) -> None:
     asyncio.run(reconciler.reconcile(NS, NAME))
 
 
@@ -177,7 +177,7 @@ def test_a_scrape_sees_a_reconcile_counted_a_moment_before(
 def test_a_reconcile_counts_ok_and_each_write_it_sent_by_kind_and_verb() -> None:
     api = new_deployment()
     metrics = OperatorMetrics()
-    reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
+    reconciler = Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
 
     reconcile(reconciler)
 
@@ -194,7 +194,7 @@ def test_a_reconcile_counts_ok_and_each_write_it_sent_by_kind_and_verb() -> None
 def test_a_reconcile_with_nothing_to_change_counts_ok_and_no_write() -> None:
     api = new_deployment()
     metrics = OperatorMetrics()
-    reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
+    reconciler = Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
     for _ in range(4):
         reconcile(reconciler)  # settles: profiling is pending, nothing moves
     before = dict(writes(metrics))
@@ -220,10 +220,10 @@ def test_a_failed_reconcile_is_counted_by_its_outcome(
     def failing(*_: Any, **__: Any) -> Result:
         raise error
 
-    monkeypatch.setattr(handlers, "reconcile_once", failing)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", failing)
     metrics = OperatorMetrics()
 
-    reconcile(handlers.Reconciler(api=FakeApi(), metrics=metrics, retry_seconds=60))
+    reconcile(Reconciler(api=FakeApi(), metrics=metrics, retry_seconds=60))
 
     assert value(metrics, "reconciles_total", outcome=outcome) == 1
     assert value(metrics, "reconciles_total", outcome="ok") == 0
@@ -238,9 +238,9 @@ def test_a_reconcile_that_raises_a_bug_is_an_error_and_is_retried(
     def broken(*_: Any, **__: Any) -> Result:
         raise KeyError("spec")
 
-    monkeypatch.setattr(handlers, "reconcile_once", broken)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", broken)
     metrics = OperatorMetrics()
-    reconciler = handlers.Reconciler(api=FakeApi(), metrics=metrics)
+    reconciler = Reconciler(api=FakeApi(), metrics=metrics)
     reconcile(reconciler)
     assert value(metrics, "reconciles_total", outcome="error") == 1
     assert reconciler._failures and list(reconciler._failures.values()) == [1]
@@ -260,7 +260,7 @@ def test_a_bug_in_the_metrics_never_breaks_a_reconcile_or_a_write(
     metrics = OperatorMetrics()
     broken: Any = Exploding()
     metrics.reconciles = metrics.reconcile_seconds = metrics.api_writes = broken
-    reconciler = handlers.Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
+    reconciler = Reconciler(api=MeteredApi(api, metrics), metrics=metrics)
 
     with caplog.at_level(logging.ERROR, logger="specdeploy.operator.reactor.metrics"):
         reconcile(reconciler)

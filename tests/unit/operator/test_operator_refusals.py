@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from specdeploy.operator.clients import k8s
-from specdeploy.operator.reactor import handlers
 from specdeploy.operator.reactor.reconcile import reconcile_once
+from specdeploy.operator.reactor.reconciler import Reconciler
 from tests.unit.operator.test_operator_k8s import (
     NS,
     FakeApi,
@@ -70,7 +70,7 @@ def test_a_refused_child_leaves_the_other_pools_written_and_the_status_saying_wh
 
 
 def test_retries_back_off_per_deployment_and_reset_on_success() -> None:
-    r = handlers.Reconciler(api=FakeApi(), retry_seconds=5.0, retry_max_seconds=60.0)
+    r = Reconciler(api=FakeApi(), retry_seconds=5.0, retry_max_seconds=60.0)
     key = (NS, "x")
     delays = [r._backoff(key) for _ in range(6)]
     assert 5.0 <= delays[0] <= 5.5 and 10.0 <= delays[1] <= 11.0

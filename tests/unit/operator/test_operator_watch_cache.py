@@ -17,6 +17,7 @@ from specdeploy.operator.clients import k8s
 from specdeploy.operator.clients.watch_cache import WatchCache, list_pages, slim
 from specdeploy.operator.reactor import handlers
 from specdeploy.operator.reactor.reconcile import reconcile_once
+from specdeploy.operator.reactor.reconciler import Reconciler
 from specdeploy.operator.reactor.telemetry_loop import TelemetryLoop
 from specdeploy.runtime.kube import paths
 from tests.unit.operator.test_operator_k8s import (
@@ -285,7 +286,7 @@ def test_the_telemetry_loop_and_the_fan_out_read_deployments_from_the_cache() ->
 
     loop = TelemetryLoop(api=Refuses(), deliver=nothing, cache=cache)
     assert [b["metadata"]["name"] for b in loop._list()] == ["llama-8b-chat"]
-    reconciler = handlers.Reconciler(api=Refuses(), cache=cache)
+    reconciler = Reconciler(api=Refuses(), cache=cache)
     assert reconciler._deployments(NS) == [(NS, "llama-8b-chat")]
     assert reconciler._deployments("elsewhere") == []
 
@@ -307,7 +308,7 @@ def deployment_reads(api: FakeApi) -> int:
     )
 
 
-def ready_with_cache() -> tuple[FakeApi, WatchCache, handlers.Reconciler]:
+def ready_with_cache() -> tuple[FakeApi, WatchCache, Reconciler]:
     api = cluster(H100)
     create_example(api)
     cache = handlers.watched_view()
@@ -318,7 +319,7 @@ def ready_with_cache() -> tuple[FakeApi, WatchCache, handlers.Reconciler]:
         for _ in range(3):
             reconcile(api, cache)
     cache.refresh_all(api)  # what the resync does first: every kept kind synced
-    reconciler = handlers.Reconciler(api=api, cache=cache, clock=lambda: CLOCK)
+    reconciler = Reconciler(api=api, cache=cache, clock=lambda: CLOCK)
     return api, cache, reconciler
 
 

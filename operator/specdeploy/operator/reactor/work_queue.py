@@ -11,7 +11,7 @@ thing someone is watching), then one waiter per namespace in turn (round
 robin), FIFO within a namespace.
 
 The queue is bounded by the deployments: the reconciler coalesces, so a key
-waits here at most once (``handlers.Reconciler.reconcile``).
+waits here at most once (``reconciler.Reconciler.reconcile``).
 """
 
 from __future__ import annotations

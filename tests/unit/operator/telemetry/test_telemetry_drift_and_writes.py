@@ -10,9 +10,8 @@ from specdeploy.operator.api import DEPLOYMENT_KIND, PROFILE_KIND
 from specdeploy.operator.clients import k8s
 from specdeploy.operator.manifests import ref_of
 from specdeploy.operator.observed import CHILD_KINDS
-from specdeploy.operator.reactor import handlers
-from specdeploy.operator.reactor.handlers import Reconciler
 from specdeploy.operator.reactor.reconcile import Result, reconcile_once
+from specdeploy.operator.reactor.reconciler import Reconciler
 from specdeploy.operator.telemetry.profile_live import contributions, merged_view, status_patch
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.runtime.kube import paths
@@ -181,7 +180,7 @@ def test_a_delivered_interval_reaches_the_reconcile_and_survives_a_failed_one(
             raise k8s.ApiError("GET", "/x", 500, "boom")
         return Result((), None)
 
-    monkeypatch.setattr(handlers, "reconcile_once", fake)
+    monkeypatch.setattr("specdeploy.operator.reactor.reconciler.reconcile_once", fake)
     reconciler = Reconciler(api=object(), retry_seconds=0.01)  # type: ignore[arg-type]
     interval = report(p=window())
 
