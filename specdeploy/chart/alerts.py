@@ -2,7 +2,7 @@
 
 Why code and not a hand-written YAML file: every expression is built from the
 metric names and the label contract the rest of the project defines (the
-add-on's ``vllm_addon/metrics.py``, the operator's ``operator/metrics.py``,
+add-on's ``vllm_addon/metrics.py``, the operator's ``operator/reactor/metrics.py``,
 the scrape labels of ``e2e/localcluster/prometheus.py``: ``job``
 ``specdeploy-addon`` / ``specdeploy-operator``, ``namespace``,
 ``specdeploy_deployment``, ``specdeploy_pool``), the thresholds are named

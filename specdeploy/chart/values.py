@@ -56,7 +56,7 @@ class Rbac(_Values):
 
 
 class LeaderElection(_Values):
-    """``specdeploy operator run --leader-elect*`` (operator/leader.py)."""
+    """``specdeploy operator run --leader-elect*`` (operator/reactor/leader.py)."""
 
     enabled: bool = True
     id: str = Field(OPERATOR_LEASE, pattern=DNS_SUBDOMAIN, max_length=253)
