@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.operator.api import Policy, SpeculativeDeploymentSpec
+from specdeploy.operator.api import SpeculativeDeploymentSpec
 from specdeploy.operator.builders.common import Manifest, Parent
 from specdeploy.operator.builders.service import model_service, service_endpoint
 from specdeploy.operator.config import DEFAULT_CONFIG, Config
@@ -35,14 +35,19 @@ from specdeploy.operator.decision.status import (
 from specdeploy.operator.decision.validation import validate
 from specdeploy.operator.discovery import gpu_inventory
 from specdeploy.operator.manifests import Ref, ref_of, with_applied_hash
-from specdeploy.operator.naming import label_value, service_name
+from specdeploy.operator.naming import service_name
 from specdeploy.operator.observed import Observed, owner_uids
 from specdeploy.operator.pool.autoscale import ScaleState
 from specdeploy.operator.pool.context import NO_MEMORY, Context, Memory
 from specdeploy.operator.pool.outcome import conflict
 from specdeploy.operator.pool.pipeline import decide_pool
 from specdeploy.operator.pool.pools import plan_pools
-from specdeploy.operator.telemetry.health import Health, tables_condition, telemetry_health
+from specdeploy.operator.telemetry.health import (
+    Health,
+    expected_pools,
+    tables_condition,
+    telemetry_health,
+)
 from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
 
 __all__ = ["Decision", "decide"]
@@ -70,24 +75,9 @@ class Decision:
 
 # --- telemetry -------------------------------------------------------------
 
-_OBSERVED_POLICIES = (Policy.ADAPTIVE, Policy.TABLE)
-
 
 def _previous_pools(status: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
     return {str(p.get("gpuType")): p for p in (status or {}).get("pools") or []}
-
-
-def _expected_pools(
-    spec: SpeculativeDeploymentSpec, previous: Mapping[str, Mapping[str, Any]]
-) -> list[str]:
-    """Pool labels that should export add-on series: speculating, with a ready replica."""
-    if spec.speculation.policy not in _OBSERVED_POLICIES:
-        return []
-    return [
-        label_value(gpu)
-        for gpu, pool in previous.items()
-        if pool.get("speculating") and int(pool.get("readyReplicas") or 0) >= 1
-    ]
 
 
 def _health(
@@ -104,7 +94,7 @@ def _health(
     return telemetry_health(
         url=spec.telemetry.prometheus_url or config.prometheus_url,
         report=memory.telemetry,
-        expected=_expected_pools(spec, previous),
+        expected=expected_pools(spec.speculation.policy, previous),
         interval_seconds=interval,
         stale_intervals=config.telemetry.stale_intervals,
         old_conditions=(old_status or {}).get("conditions") or [],

@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.operator.api import Condition, ConditionStatus, LiveSource, PoolStatus
+from specdeploy.operator.api import Condition, ConditionStatus, LiveSource, Policy, PoolStatus
 from specdeploy.operator.conditions import condition
+from specdeploy.operator.naming import label_value
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
 
 TELEMETRY_HEALTHY = "TelemetryHealthy"
@@ -46,6 +47,22 @@ class Health:
 
     condition: Condition
     windows: Mapping[str, PoolWindow] = field(default_factory=dict)
+
+
+OBSERVED_POLICIES = (Policy.ADAPTIVE, Policy.TABLE)
+"""The policies whose pods run the add-on and so export its series."""
+
+
+def expected_pools(policy: Policy, previous: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Pool labels that should export add-on series: speculating under a policy that runs the
+    add-on, with a ready replica (``previous``: the pools' last status by GPU type)."""
+    if policy not in OBSERVED_POLICIES:
+        return []
+    return [
+        label_value(gpu)
+        for gpu, pool in previous.items()
+        if pool.get("speculating") and int(pool.get("readyReplicas") or 0) >= 1
+    ]
 
 
 def _carried(old_conditions: Sequence[Mapping[str, Any]]) -> Condition | None:

@@ -217,3 +217,18 @@ def test_no_series_before_any_verdict_is_pending_then_missing() -> None:
         old_conditions=healthy,
     )
     assert (third.condition.status.value, third.condition.reason) == ("False", "SeriesMissing")
+
+
+def test_only_speculating_pools_with_a_ready_replica_under_an_add_on_policy_are_expected() -> None:
+    from specdeploy.operator.api import Policy
+    from specdeploy.operator.telemetry.health import expected_pools
+
+    previous = {
+        "NVIDIA-H100-80GB-HBM3": {"speculating": True, "readyReplicas": 2},
+        "NVIDIA-A100-SXM4-80GB": {"speculating": True, "readyReplicas": 0},
+        "NVIDIA-L4": {"speculating": False, "readyReplicas": 3},
+    }
+    assert expected_pools(Policy.ADAPTIVE, previous) == ["NVIDIA-H100-80GB-HBM3"]
+    assert expected_pools(Policy.TABLE, previous) == ["NVIDIA-H100-80GB-HBM3"]
+    assert expected_pools(Policy.FIXED, previous) == []
+    assert expected_pools(Policy.OFF, previous) == []
