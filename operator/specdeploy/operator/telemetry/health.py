@@ -49,14 +49,15 @@ class Health:
     windows: Mapping[str, PoolWindow] = field(default_factory=dict)
 
 
-OBSERVED_POLICIES = (Policy.ADAPTIVE, Policy.TABLE)
-"""The policies whose pods run the add-on and so export its series."""
+_OBSERVED_POLICIES = (Policy.ADAPTIVE, Policy.TABLE)
+"""The policies whose tables come from a profile and follow live telemetry (a fixed K or no
+speculation has no table for the series to correct, so its pools are not waited for)."""
 
 
 def expected_pools(policy: Policy, previous: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Pool labels that should export add-on series: speculating under a policy that runs the
-    add-on, with a ready replica (``previous``: the pools' last status by GPU type)."""
-    if policy not in OBSERVED_POLICIES:
+    """Pool labels that should export add-on series: speculating under a profiled policy, with
+    a ready replica (``previous``: the pools' last status by GPU type)."""
+    if policy not in _OBSERVED_POLICIES:
         return []
     return [
         label_value(gpu)

@@ -219,7 +219,7 @@ def test_no_series_before_any_verdict_is_pending_then_missing() -> None:
     assert (third.condition.status.value, third.condition.reason) == ("False", "SeriesMissing")
 
 
-def test_only_speculating_pools_with_a_ready_replica_under_an_add_on_policy_are_expected() -> None:
+def test_only_speculating_pools_with_a_ready_replica_under_a_profiled_policy_are_expected() -> None:
     from specdeploy.operator.api import Policy
     from specdeploy.operator.telemetry.health import expected_pools
 
