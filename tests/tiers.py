@@ -1,11 +1,12 @@
 """The two test tiers: which tests ``make test`` runs on every change, which wait for nightly.
 
-The per-change tier (``make test``; budget 15 min warm on 2 cores, at most
-three vLLM engine boots) holds every test unless a row below sends it to
-``nightly`` (``make nightly``; budget 80 min): benchmark-grade runs, and the
-second or third proof of something the per-change tier already shows. The
-longest row that prefixes a test's node id decides, so a module can go
-nightly while one of its cases stays. The root conftest.py marks each test
+The per-change tier (``make test``; budget 15 min warm on 2 cores of either
+CPU class, with or without AVX-512, at most three vLLM engine boots) holds
+every test unless a row below sends it to ``nightly`` (``make nightly``;
+budget 80 min): benchmark-grade runs, and the second or third proof of
+something the per-change tier already shows. The longest row that prefixes a
+test's node id decides, so a module can go nightly while one of its cases
+stays. The root conftest.py marks each test
 from this table (``nightly``); ``tests/unit/repo/test_test_tiers.py`` fails
 on a row that names no test.
 """
@@ -47,8 +48,23 @@ TIER_BY_NODEID: dict[str, tuple[str, str]] = {
         NIGHTLY,
         "the second leader flow; the first (kill -9, takeover) stays",
     ),
-    CHAOS: (NIGHTLY, "the full chaos matrix"),
-    f"{CHAOS}[C1b-n2]": (PER_CHANGE, "SIGKILL of the operator mid-serving"),
+    "e2e/tests/cluster/test_fuzz_specs.py::"
+    "test_a_saved_failing_case_now_does_what_its_fixture_expects": (
+        NIGHTLY,
+        "the saved regressions replay through validate per change "
+        "(e2e/tests/harness/test_fuzz_harness.py); on the cluster with the nightly fuzz",
+    ),
+    "e2e/tests/cluster/test_loop.py::"
+    "test_with_prometheus_down_the_tables_freeze_and_health_returns_with_it": (
+        NIGHTLY,
+        "the freeze and the PrometheusUnreachable condition are decided in "
+        "tests/unit/operator/telemetry/test_telemetry_tables.py; the real process here",
+    ),
+    CHAOS: (
+        NIGHTLY,
+        "the full chaos matrix; per change, an operator SIGKILL is the leader-election "
+        "takeover's (C1b-n2 went nightly to keep the tier in budget on CPUs without AVX-512)",
+    ),
     f"{CHAOS}[C2-apiserver]": (PER_CHANGE, "the API server killed and restarted"),
 }
 

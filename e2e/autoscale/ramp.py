@@ -134,8 +134,13 @@ class Timeline:
 
 
 HEAVY_S = 40
-RAMP = f"{HEAVY_S}s@24,45s@1"
-"""Heavy chat load, then light: the pool must grow in the first stage and shrink in the second."""
+LIGHT_S = 30
+RAMP = f"{HEAVY_S}s@24,{LIGHT_S}s@1"
+"""Heavy chat load, then light: the pool must grow in the first stage and shrink in the second.
+
+The light stage outlasts the down window (``DOWN_WINDOW_S``) by a telemetry interval or
+two; a shrink that comes later still counts, since the ramp then waits for the pool to be
+back at one replica."""
 
 
 def ramp_load(url: str, out: Path, ramp: str = RAMP) -> subprocess.Popen[bytes]:
@@ -201,7 +206,7 @@ def run_ramp(local: cluster.Cluster, admin: KubeApi, namespace: str, mode: str, 
             if load.wait(timeout=300) != 0:
                 raise AssertionError(f"specdeploy load failed: see {load_json}")
             wait_for(
-                lambda: timeline.replicas() == 1, what="the pool back at 1", timeout=scaled(40)
+                lambda: timeline.replicas() == 1, what="the pool back at 1", timeout=scaled(55)
             )
         rows = [r for r in timeline.rows if "error" not in r]
     (out / f"timeline-{mode}.json").write_text(json.dumps(rows))

@@ -1,10 +1,12 @@
 """The chaos matrix (review §5.3): faults on the local control plane, judged by I1-I7.
 
 Every scenario of ``e2e.chaos.scenarios.matrix()`` is a case here. The root
-conftest.py's tier table keeps two in ``make test`` (C1b-n2: the operator
-SIGKILLed between two writes of the reconcile that serves a landed profile;
-C2-apiserver: the API server killed and restarted) and sends the rest to
-``make nightly``; ``make chaos`` runs the matrix with the full 120 s
+conftest.py's tier table (``tests/tiers.py``) keeps one in ``make test``
+(C2-apiserver: the API server killed and restarted) and sends the rest to
+``make nightly``, C1b-n2 (the operator SIGKILLed between two writes of the
+reconcile that serves a landed profile) among them: per change, an operator
+killed with SIGKILL is the leader-election test's (the standby takes over and
+converges); ``make chaos`` runs the matrix with the full 120 s
 steady-state window and records it. The operator runs behind the fault proxy
 under its own ServiceAccount and the ClusterRole it generates. The
 steady-state window (I5) is ``STEADY_S``, shorter than the recorded matrix's
