@@ -5,7 +5,8 @@
   start the kopf operator (whole cluster by default), connected as kubectl
   would be, with its Prometheus ``/metrics`` on port 9401 unless told otherwise.
   It acts only while it holds the leader Lease (``--leader-elect=false``: at once,
-  alone; for one dev process).
+  alone; for one dev process). ``--floor-restart-seconds`` and
+  ``--floor-probe-after-seconds`` tune the live floor (``pool.live_floor``).
 * ``crds [--out DIR] [--check]``: write ``crds/`` from the API models; with
   ``--check`` write nothing and exit 1 when the files are stale. ``crds --apply
   --from DIR [--kubeconfig FILE] [--context NAME]``: apply DIR's CRDs server-side
@@ -16,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,9 @@ DEFAULT_METRICS_PORT = 9401
 imports no operator code (a unit test holds them equal)."""
 DEFAULT_LEASE = "specdeploy-operator"
 """``specdeploy.operator.naming.OPERATOR_LEASE``, repeated for the same reason."""
+DEFAULT_FLOOR_RESTART_S = 120.0
+DEFAULT_FLOOR_PROBE_S = 3600.0
+"""``specdeploy.operator.config.DEFAULT_FLOOR``'s restart and probe seconds, repeated too."""
 TRUE = ("true", "1", "yes", "on")
 FALSE = ("false", "0", "no", "off")
 
@@ -63,6 +68,7 @@ def register(subparsers: Any) -> None:
         help="specdeploy's own log level (debug: one line per reconcile); kopf's stays info",
     )
     _election_arguments(run)
+    _floor_arguments(run)
     run.set_defaults(handler=_run)
 
     crds = sub.add_parser("crds", help="write the CRDs generated from the API models")
@@ -133,6 +139,29 @@ def _election_arguments(run: argparse.ArgumentParser) -> None:
         )
 
 
+def _floor_arguments(run: argparse.ArgumentParser) -> None:
+    group = run.add_argument_group(
+        "the live floor (spec.speculation.fallback: vanilla; plain decoding on live evidence)"
+    )
+    group.add_argument(
+        "--floor-restart-seconds",
+        type=_seconds,
+        default=DEFAULT_FLOOR_RESTART_S,
+        metavar="SECONDS",
+        help="what one serving replica's restart costs, model load to ready (default "
+        f"{DEFAULT_FLOOR_RESTART_S:.0f}); a pool goes plain once its losing streak has "
+        "lasted this long over the loss",
+    )
+    group.add_argument(
+        "--floor-probe-after-seconds",
+        type=_seconds,
+        default=DEFAULT_FLOOR_PROBE_S,
+        metavar="SECONDS",
+        help="plain decoding this long without a canary window, then speculate again to "
+        f"measure (default {DEFAULT_FLOOR_PROBE_S:.0f})",
+    )
+
+
 def _bool(text: str) -> bool:
     if text.lower() in TRUE:
         return True
@@ -162,10 +191,16 @@ def _port(text: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from specdeploy.operator.config import Config
+    from specdeploy.operator.config import Config, FloorSettings
     from specdeploy.operator.main import run
 
-    config = Config(profiler_image=args.profiler_image) if args.profiler_image else Config()
+    floor = FloorSettings(
+        restart_seconds=args.floor_restart_seconds,
+        probe_after_seconds=args.floor_probe_after_seconds,
+    )
+    config = Config(floor=floor)
+    if args.profiler_image:
+        config = dataclasses.replace(config, profiler_image=args.profiler_image)
     election = _election(args)
     run(
         election=election,

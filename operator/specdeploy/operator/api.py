@@ -100,9 +100,16 @@ class Method(StrEnum):
 
 
 class Fallback(StrEnum):
-    """What a pool runs when its profile predicts speculation slower than plain decoding
-    at every batch size it serves: ``vanilla`` (no speculation configured, the
-    floor) or ``none`` (speculate anyway, at the profile's best K)."""
+    """What a pool runs when speculation loses to plain decoding: ``vanilla`` (no
+    speculation configured, the floor) or ``none`` (speculate anyway).
+
+    With ``vanilla`` two floors apply: the profile's (its best K predicted slower at
+    every batch size profiled: no speculation from the start) and the live one
+    (policies ``adaptive`` and ``table``: R, the live throughput over plain
+    decoding's at the served mix, confidently below 1 for several windows: the
+    pool rolls to plain decoding with surge, one surged canary replica speculating;
+    the canary's wins, or a timed probe where it cannot be scheduled, bring it back;
+    ``status.pools[].floor`` says which state and why)."""
 
     VANILLA = "vanilla"
     NONE = "none"
@@ -203,7 +210,10 @@ class SpeculationSpec(WireModel):
         default=Fallback.VANILLA,
         description=(
             "vanilla: a pool whose profile predicts speculation slower than plain decoding "
-            "at every batch size it serves runs without speculation; none: speculate anyway."
+            "at every batch size it profiles, or whose live throughput stays confidently "
+            "below plain decoding's at the batch sizes it serves, runs without speculation "
+            "(the live case with one canary replica speculating until its evidence wins); "
+            "none: speculate anyway."
         ),
     )
 
@@ -608,6 +618,53 @@ class PoolLive(WireModel):
     )
 
 
+class FloorState(StrEnum):
+    """What a pool runs under the live floor (``spec.speculation.fallback: vanilla``)."""
+
+    SPECULATING = "speculating"
+    PLAIN = "plain"
+    """Rolled to plain decoding (no ``--speculative-config``) on live evidence that
+    speculation loses; one canary replica speculates to measure the way back."""
+
+
+class PoolFloor(WireModel):
+    """The live floor's state for one pool: R against plain decoding and the hysteresis.
+
+    R is the throughput of the table in force over plain decoding's at the
+    batch-size mix the pool served in the last window (live acceptance, the
+    live-corrected cost model), ``ratioLow``/``ratioHigh`` its 95% bounds. The
+    pool rolls to plain decoding when the upper bound stays below 1 - margin for
+    the operator's losing-window count and the streak has outlasted a restart's
+    cost. While plain, one surged canary replica keeps speculating: its R's lower
+    bound above 1 + margin for as many windows brings the pool back; with no
+    canary evidence (its pod unscheduled: no spare GPU) a timed probe does. At
+    most two flips an hour.
+    """
+
+    state: FloorState = FloorState.SPECULATING
+    ratio: float | None = None
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    batch_sizes: tuple[int, ...] = Field(
+        default=(), description="The batch sizes served in the window R was judged over."
+    )
+    losing_windows: int = Field(default=0, ge=0)
+    losing_since: str | None = Field(
+        default=None, description="When the current losing streak's first window began."
+    )
+    winning_windows: int = Field(
+        default=0, ge=0, description="In state plain: the canary's windows in a row that win."
+    )
+    canary_at: str | None = Field(
+        default=None, description="In state plain: when the canary's last window was judged."
+    )
+    since: str | None = Field(default=None, description="When the pool entered its state.")
+    flips: tuple[str, ...] = Field(
+        default=(), description="Times of the state changes within the last hour."
+    )
+    reason: str = ""
+
+
 class ScaleLimit(StrEnum):
     """What decided a pool's wanted replica count."""
 
@@ -664,6 +721,7 @@ class PoolStatus(WireModel):
     replicas: int = 0
     ready_replicas: int = 0
     live: PoolLive | None = None
+    floor: PoolFloor | None = None
     autoscaling: PoolScaling | None = None
 
 

@@ -25,6 +25,39 @@ def utc_now() -> str:
 
 
 @dataclass(frozen=True)
+class FloorSettings:
+    """The live floor's hysteresis (``pool.live_floor``): each number says what it trades.
+
+    A pool goes to plain decoding only on sustained, confident evidence that
+    outlasts a restart's cost, and comes back on its canary's evidence (or a
+    timed probe without one); oscillating traffic can cost at most
+    ``max_flips_per_hour`` restarts an hour.
+    """
+
+    margin: float = 0.02
+    """epsilon: R's upper bound must stay below 1 - margin (a loss beyond noise)."""
+    losing_windows: int = 3
+    """Consecutive telemetry windows with R's upper bound below 1 - margin before a flip."""
+    winning_windows: int = 3
+    """In plain decoding: the canary's windows in a row with R's lower bound above
+    1 + margin before the pool speculates again."""
+    restart_seconds: float = 120.0
+    """What one replica's restart costs (model load to ready; minutes for large models on
+    GPUs, tens of seconds on CPU). A flip pays it: the losing streak must already have
+    lasted restart_seconds / loss, the dwell at which the restart pays for itself if the
+    regime lasts as long again (a regime is predicted to last about as long as it has)."""
+    probe_after_seconds: float = 3600.0
+    """Plain decoding this long without a canary window (its pod unscheduled: no spare
+    GPU), then speculate again to measure (the timed probe): with ``max_flips_per_hour``
+    2 a hostile regime costs one round trip an hour at most."""
+    max_flips_per_hour: int = 2
+    """Flips (either way) in any hour: oscillating traffic makes at most one round trip."""
+
+
+DEFAULT_FLOOR = FloorSettings()
+
+
+@dataclass(frozen=True)
 class Config:
     """Operator-wide settings that are not part of any spec."""
 
@@ -32,8 +65,9 @@ class Config:
     prometheus_url: str | None = None
     """Where telemetry is read when a spec names no Prometheus (``SPECDEPLOY_PROMETHEUS_URL``)."""
     telemetry: TelemetrySettings = DEFAULT_SETTINGS
+    floor: FloorSettings = DEFAULT_FLOOR
 
 
 DEFAULT_CONFIG = Config()
 
-__all__ = ["DEFAULT_CONFIG", "Clock", "Config", "utc_now"]
+__all__ = ["DEFAULT_CONFIG", "DEFAULT_FLOOR", "Clock", "Config", "FloorSettings", "utc_now"]

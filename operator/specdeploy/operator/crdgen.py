@@ -192,6 +192,7 @@ def speculative_deployment_crd() -> dict[str, Any]:
         _column("MaxK", ".spec.speculation.maxK", "integer"),
         _column("Policy", ".spec.speculation.policy"),
         _column("Phase", ".status.phase"),
+        _column("Speculating", ".status.pools[*].speculating"),
         _column("Ready", ".status.readyReplicas", "integer"),
         _column("Replicas", ".status.replicas", "integer"),
         _column("Scaler", ".spec.autoscaling.mode"),

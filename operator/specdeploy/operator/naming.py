@@ -60,6 +60,11 @@ def deployment_name(parent: str, gpu_type: str) -> str:
     return dns_label(parent, gpu_slug(gpu_type))
 
 
+def canary_deployment_name(parent: str, gpu_type: str) -> str:
+    """The live floor's canary beside a pool running plain decoding."""
+    return dns_label(parent, gpu_slug(gpu_type), "canary")
+
+
 def table_configmap_name(parent: str, gpu_type: str) -> str:
     return dns_label(parent, gpu_slug(gpu_type), "table")
 

@@ -10,18 +10,26 @@ same function), from the profile's plain-decoding baseline
 K over plain decoding (``schedule.vanilla_gain``) at each batch size the
 pool serves. Until the telemetry loop reports the batch sizes a pool
 actually serves, those are the profiled ones the spec asked for
-(``spec.profiling.batchSizes``). Pure.
+(``spec.profiling.batchSizes``).
+
+``live_ratio`` is the live floor's signal (issue 31): R, the throughput of
+the table in force over plain decoding's at the batch-size mix a pool
+serves, from live acceptance and the live-corrected cost model, with an
+interval. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from specdeploy.runtime.goodput import FloatArray
+from specdeploy.runtime.live import live_goodput_grid, throughput
 from specdeploy.runtime.profile import ProfileSpec
-from specdeploy.runtime.schedule import vanilla_gain
+from specdeploy.runtime.ranges import k_at
+from specdeploy.runtime.schedule import cost_model, grid_rows, vanilla_gain
 
 
 @dataclass(frozen=True)
@@ -47,3 +55,113 @@ def judge(profile: ProfileSpec, served: Sequence[int]) -> FloorVerdict:
     if not values:
         return FloorVerdict(None, False, ())
     return FloorVerdict(round(float(np.mean(values)), 4), all(v < 1.0 for v in values), sizes)
+
+
+@dataclass(frozen=True)
+class LiveRatio:
+    """R = throughput with the table in force / plain decoding's, at the served mix.
+
+    ``low`` and ``high`` bound it at 95%: acceptance at the ends of its live
+    interval, and the profile's relative step-time half-widths (plain decoding's
+    and the cells' the table runs) added on top. Conservative by construction
+    (the bounds add, they do not combine in quadrature), because the live
+    floor acts on ``high`` below 1 and returns on ``low`` above 1.
+    """
+
+    ratio: float
+    low: float
+    high: float
+    sizes: tuple[int, ...]
+    """The batch sizes served in the window (the mix's support)."""
+
+
+def _nearest_relative_half_width(
+    entries: Sequence[tuple[int, float, float | None]], batch_size: int
+) -> float:
+    """The relative half-width of the entry measured nearest ``batch_size`` (0: none known)."""
+    if not entries:
+        return 0.0
+    size, itl, half = min(entries, key=lambda e: (abs(e[0] - batch_size), e[0]))
+    del size
+    return 0.0 if half is None or itl <= 0 else half / itl
+
+
+def _cost_half_width(
+    spec: ProfileSpec, schedule: Sequence[Sequence[int]], weights: Mapping[int, float]
+) -> float:
+    """The weighted relative uncertainty of step cost against plain decoding's, per the
+    profile's own half-widths: sqrt(plain's² + the running cell's²) at each served size."""
+    vanilla = [(b.batch_size, b.itl_ms, b.itl_half_width_ms) for b in spec.baseline]
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    spread = 0.0
+    for bs, weight in weights.items():
+        k = k_at(schedule, max(int(bs), 1))
+        cells = [
+            (m.batch_size, m.itl_ms, m.itl_half_width_ms) for m in spec.measurements if m.k == k
+        ]
+        rel = np.hypot(
+            _nearest_relative_half_width(vanilla, bs), _nearest_relative_half_width(cells, bs)
+        )
+        spread += weight * float(rel)
+    return spread / total
+
+
+def _vanilla_throughput(
+    spec: ProfileSpec, itl_scale: FloatArray | None, weights: Mapping[int, float]
+) -> float:
+    """Plain decoding's tokens/s over the mix: its profiled step time, live-corrected."""
+    model = cost_model(spec)
+    rows = grid_rows(spec)
+    total = 0.0
+    for bs, weight in weights.items():
+        row = min(max(int(bs), 1), rows - 1)
+        itl = model.vanilla_itl_ms(row, model.reference_context)
+        if itl is None:
+            return 0.0
+        scale = 1.0 if itl_scale is None else float(itl_scale[row])
+        total += weight * row * 1000.0 / (itl * scale)
+    return total
+
+
+def live_ratio(
+    spec: ProfileSpec,
+    *,
+    per_position: Sequence[float],
+    half_width: Sequence[float],
+    itl_scale: FloatArray | None,
+    schedule: Sequence[Sequence[int]],
+    weights: Mapping[int, float],
+) -> LiveRatio | None:
+    """R at the served mix ``weights`` (share of steps per batch size), with its interval.
+
+    The step cost of both sides is the profile's, scaled per batch size by the
+    live correction ``itl_scale``: the same hardware runs plain decoding, so the
+    scale that corrects the speculative cells corrects its baseline too (a pod
+    that speculates never runs a plain step to time). What stays the profile's
+    is the gap between a speculative step and a plain one, K=0 with speculation
+    configured included: a profile that under-prices that gap over-states R,
+    which the ``high`` bound carries only as far as the profile's half-widths do.
+    None without a baseline or a mix: nothing can then say.
+    """
+    if not spec.baseline or not weights or sum(weights.values()) <= 0:
+        return None
+    plain = _vanilla_throughput(spec, itl_scale, weights)
+    if plain <= 0:
+        return None
+    n = len(per_position)
+    widths = list(half_width) + [0.0] * n
+    lower = [min(max(a - w, 0.0), 1.0) for a, w in zip(per_position, widths, strict=False)]
+    upper = [min(max(a + w, 0.0), 1.0) for a, w in zip(per_position, widths, strict=False)]
+
+    def ratio_at(acceptance: Sequence[float]) -> float:
+        grid = live_goodput_grid(spec, acceptance, itl_scale)
+        return throughput(grid, schedule, weights) / plain
+
+    mid = ratio_at(per_position)
+    cost = _cost_half_width(spec, schedule, weights)
+    low = ratio_at(lower) * (1.0 - cost)
+    high = ratio_at(upper) * (1.0 + cost)
+    sizes = tuple(sorted(int(b) for b, w in weights.items() if w > 0))
+    return LiveRatio(round(mid, 4), round(min(low, mid), 4), round(max(high, mid), 4), sizes)

@@ -16,6 +16,8 @@ DEPLOYMENT_LABEL = "specdeploy.io/deployment"
 POOL_LABEL = "specdeploy.io/pool"
 COMPONENT_LABEL = "specdeploy.io/component"
 PROFILE_LABEL = "specdeploy.io/profile"
+CANARY_LABEL = "specdeploy.io/canary"
+"""On the live floor's canary (a pool's one speculating replica while the rest run plain)."""
 APPLIED_HASH = "specdeploy.io/applied-hash"
 """Annotation: hash of the manifest last applied, so an unchanged child is never re-sent."""
 

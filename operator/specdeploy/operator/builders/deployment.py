@@ -40,6 +40,7 @@ from specdeploy.operator.api import (
     SpeculativeDeploymentSpec,
 )
 from specdeploy.operator.builders.common import (
+    CANARY_LABEL,
     PROFILE_LABEL,
     SERVING,
     Manifest,
@@ -78,6 +79,9 @@ class ServingPool:
     """None: left out of what is applied (an HPA or KEDA owns the field)."""
     profile: str | None
     schedule: tuple[tuple[int, int, int], ...] | None
+    canary: bool = False
+    """The live floor's canary: one speculating replica beside a pool running plain
+    decoding, selected apart (``CANARY_LABEL``) so each Deployment owns only its pods."""
 
 
 def startup_table(max_k: int) -> list[list[int]]:
@@ -207,6 +211,8 @@ def serving_deployment(
     parent: Parent, spec: SpeculativeDeploymentSpec, pool: ServingPool
 ) -> Manifest:
     labels = parent_labels(parent, SERVING, pool.gpu_type)
+    if pool.canary:
+        labels[CANARY_LABEL] = "true"
     pod_labels = dict(labels)
     if pool.profile is not None:
         pod_labels[PROFILE_LABEL] = pool.profile

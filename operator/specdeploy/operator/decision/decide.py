@@ -44,6 +44,7 @@ from specdeploy.operator.pool.pipeline import decide_pool
 from specdeploy.operator.pool.pools import plan_pools
 from specdeploy.operator.telemetry.health import (
     Health,
+    canary_pools,
     expected_pools,
     tables_condition,
     telemetry_health,
@@ -95,6 +96,7 @@ def _health(
         url=spec.telemetry.prometheus_url or config.prometheus_url,
         report=memory.telemetry,
         expected=expected_pools(spec.speculation.policy, previous),
+        optional=canary_pools(spec.speculation.policy, previous),
         interval_seconds=interval,
         stale_intervals=config.telemetry.stale_intervals,
         old_conditions=(old_status or {}).get("conditions") or [],

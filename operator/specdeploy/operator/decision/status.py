@@ -14,6 +14,7 @@ from typing import Any
 
 from specdeploy.operator.api import (
     Condition,
+    FloorState,
     Phase,
     SpeculativeDeploymentStatus,
 )
@@ -81,7 +82,16 @@ def available_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
 
 
 def beneficial_condition(outcomes: Sequence[PoolOutcome]) -> Condition:
-    """Whether speculation beats plain decoding where the profiles can tell."""
+    """Whether speculation beats plain decoding: live evidence first (a pool the live
+    floor rolled to plain decoding), then where the profiles can tell."""
+    plain = [
+        (o.status.gpu_type, o.status.floor)
+        for o in outcomes
+        if o.status.floor is not None and o.status.floor.state is FloorState.PLAIN
+    ]
+    if plain:
+        detail = "; ".join(f"{gpu}: {floor.reason}" for gpu, floor in plain)
+        return condition(BENEFICIAL, False, "LiveFloorPlain", detail)
     judged = [o for o in outcomes if o.verdict is not None and o.verdict.gain is not None]
     if not judged:
         return condition(BENEFICIAL, None, "NoBaseline", "no profile measured plain decoding")
@@ -216,6 +226,14 @@ def _live_events(
         old_table = before.get("schedule") or "the profile's"
         message = f"pool {gpu}: table {old_table} -> {live['schedule']} ({why}{detail})"
         events.append(EventSpec("Normal", "LiveTable", message))
+    floor, was = pool.get("floor") or {}, old_pools.get(gpu, {}).get("floor") or {}
+    state, prior = floor.get("state"), was.get("state") or FloorState.SPECULATING.value
+    if state is not None and state != prior:
+        plain = state == FloorState.PLAIN.value
+        reason = "PlainDecoding" if plain else "SpeculationResumed"
+        events.append(
+            EventSpec("Warning" if plain else "Normal", reason, f"pool {gpu}: {floor['reason']}")
+        )
     if live.get("costDrift") and not before.get("costDrift"):
         message = (
             f"pool {gpu}: live step times {live.get('costRatio')}x the profile's for "

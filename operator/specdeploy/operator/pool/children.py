@@ -2,7 +2,10 @@
 
 Built from the served table and the replica count alone; whether they can be
 written (a name taken) and what the rollout says is the outcome stage's.
-Pure.
+While the live floor holds a pool at plain decoding, the pool also owns its
+canary: a one-replica Deployment beside the plain one (surged: the pool's
+replica count is the plain Deployment's), speculating with the add-on and
+the table in the ConfigMap, so its telemetry can bring the pool back. Pure.
 """
 
 from __future__ import annotations
@@ -17,7 +20,11 @@ from specdeploy.operator.builders.disruption import pool_disruption_budget
 from specdeploy.operator.builders.network import pool_network_policy
 from specdeploy.operator.builders.scaler import pool_hpa, pool_scaled_object
 from specdeploy.operator.manifests import with_applied_hash
-from specdeploy.operator.naming import deployment_name, table_configmap_name
+from specdeploy.operator.naming import (
+    canary_deployment_name,
+    deployment_name,
+    table_configmap_name,
+)
 from specdeploy.operator.pool.context import Context
 from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.scaling import PoolScale
@@ -63,11 +70,12 @@ def pool_children(ctx: Context, pool: Pool, served: ServedTable, scale: PoolScal
         profile=served.profile_ref,
         schedule=served.base if served.base is not None else served.schedule,
     )
+    canary = served.canary
     table = PoolTable(
-        policy=Policy.OFF if served.fell_back else spec.speculation.policy,
+        policy=Policy.OFF if served.fell_back and canary is None else spec.speculation.policy,
         max_k=spec.speculation.max_k,
         fixed_k=spec.speculation.fixed_k,
-        schedule=served.schedule or (),
+        schedule=served.schedule or canary or (),
         profile=served.profile_ref,
     )
     profile = served.profile
@@ -82,6 +90,18 @@ def pool_children(ctx: Context, pool: Pool, served: ServedTable, scale: PoolScal
         deployment,
         with_applied_hash(budget),
     )
+    if canary is not None:
+        speculating = ServingPool(
+            name=canary_deployment_name(parent.name, pool.gpu_type),
+            configmap=cm_name,
+            gpu_type=pool.gpu_type,
+            gpus_per_replica=pool.gpus_per_replica,
+            replicas=1,
+            profile=served.profile_ref,
+            schedule=served.canary_base if served.canary_base is not None else canary,
+            canary=True,
+        )
+        owned = (*owned, with_applied_hash(serving_deployment(parent, spec, speculating)))
     owned = (*owned, *_scaler(ctx, pool, serving.name))
     if spec.network_policy.enabled:
         fence = pool_network_policy(

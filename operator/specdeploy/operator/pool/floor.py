@@ -4,8 +4,8 @@ The verdict (``runtime.floor.judge``) is taken at the batch sizes the spec
 profiles; with ``spec.speculation.fallback: vanilla`` a losing profile
 turns speculation off for the pool (no schedule: its Deployment runs
 without ``--speculative-config``). Policies without a profile (off, fixed)
-pass through unjudged. Issue 31's live floor belongs here, after the
-table and before the live stage. Pure.
+pass through unjudged. The live floor (``live_floor``, after the live
+stage) judges the traffic once it flows. Pure.
 """
 
 from __future__ import annotations

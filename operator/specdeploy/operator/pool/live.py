@@ -75,6 +75,7 @@ def with_live(ctx: Context, pool: Pool, served: ServedTable) -> ServedTable:
         base=base,
         goodput=found.goodput,
         message=message,
+        ratio=found.ratio,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from specdeploy.operator.api import LiveSource, Phase, PoolStatus, ProfileSource
+from specdeploy.operator.api import FloorState, LiveSource, Phase, PoolStatus, ProfileSource
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.manifests import Ref, needs_apply, ref_of
 from specdeploy.operator.naming import deployment_name, table_configmap_name
@@ -107,6 +107,7 @@ def serving(
         "schedule": None if served.schedule is None else format_schedule(served.schedule),
         "predicted_gain": None if verdict is None else verdict.gain,
         "speculating": served.schedule is not None,
+        "floor": served.floor,
         "autoscaling": scale.status,
     }
     taken = conflict(ctx, kids.owned)
@@ -116,7 +117,10 @@ def serving(
     name = kids.deployment["metadata"]["name"]
     state, message, replicas, ready = rollout(ctx, name, kids.deployment)
     message += served.message
-    if served.fell_back and verdict is not None:
+    floor = served.floor
+    if floor is not None and floor.state is FloorState.PLAIN:
+        message += f"; plain decoding (live floor): {floor.reason}"
+    elif served.fell_back and verdict is not None:
         message += (
             f"; plain decoding: the profile predicts speculation at {verdict.gain:.2f}x of "
             "it at every batch size served (spec.speculation.fallback: vanilla)"

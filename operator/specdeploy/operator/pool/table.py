@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdeploy.operator.api import Phase, Policy, PoolLive, ProfilingMode
+from specdeploy.operator.api import FloorState, Phase, Policy, PoolFloor, PoolLive, ProfilingMode
 from specdeploy.operator.builders.common import Manifest
 from specdeploy.operator.builders.job import profiling_job
 from specdeploy.operator.observed import JobPhase, ProfileView, read_profile
 from specdeploy.operator.pool.context import Context, Profiling, Waiting
 from specdeploy.operator.pool.jobs import current_attempt, job_waiting
 from specdeploy.operator.pool.pools import Pool
-from specdeploy.runtime.floor import FloorVerdict
+from specdeploy.runtime.floor import FloorVerdict, LiveRatio
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.profile import SpeculationProfile
 from specdeploy.runtime.ranges import Range, schedule_problems
@@ -48,10 +48,23 @@ class ServedTable:
     with. Scaling prices capacity on this very grid (None: the profile's own)."""
     message: str = ""
     """Appended to the pool's message (re-profiling under way)."""
+    ratio: LiveRatio | None = None
+    """The live stage's R over plain decoding for this reconcile's window (None: no window)."""
+    floor: PoolFloor | None = None
+    """The live floor's state (``pool.live_floor``); with state plain, ``schedule`` is None."""
+    canary: tuple[Range, ...] | None = None
+    """With the live floor's state plain: the table the pool's one speculating replica (the
+    canary, surged beside the plain ones) runs, so that live evidence can bring it back."""
+    canary_base: tuple[Range, ...] | None = None
+    """The canary's start-up table (the profile's) when ``canary`` is a live one."""
 
     @property
     def fell_back(self) -> bool:
-        return self.schedule is None and self.verdict is not None and self.verdict.loses
+        """Plain decoding by a floor: the profile's verdict, or the live floor's state."""
+        if self.schedule is not None:
+            return False
+        live_plain = self.floor is not None and self.floor.state is FloorState.PLAIN
+        return live_plain or (self.verdict is not None and self.verdict.loses)
 
 
 def usable_schedule(

@@ -21,7 +21,10 @@ window the telemetry loop handed over, if any:
 Beside the view it returns the goodput grid it priced schedules with: the
 pool's one live cost model for this reconcile, which scaling reuses. With no
 window it is the recorded view's (its acceptance and its pooled cost ratio,
-the only correction a view records).
+the only correction a view records). With a window it also returns R, the
+table in force against plain decoding at the window's batch-size mix, with
+its interval (``runtime.floor.live_ratio``): the live floor's evidence, one
+value per window.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from specdeploy.operator.telemetry.estimate import (
 )
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import PoolWindow
+from specdeploy.runtime.floor import LiveRatio, live_ratio
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.live import derive_live_schedule, live_goodput_grid, predicted_gain
 from specdeploy.runtime.profile import ProfileSpec, SpeculationProfile
@@ -179,6 +183,9 @@ class Assessment:
     view: PoolLive | None
     goodput: FloatArray | None
     """Goodput per (batch size, K) from live acceptance and live step times (None: no view)."""
+    ratio: LiveRatio | None = None
+    """R of the table in force over plain decoding at this window's mix (None: no window,
+    no baseline in the profile, or no clean decode step in the window)."""
 
 
 def recorded_grid(spec: ProfileSpec, view: PoolLive) -> FloatArray:
@@ -209,8 +216,10 @@ def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> Assessment:
     ratio, _ = pooled_ratio(ratios, settings.cost_min_steps)
     before = CostStreak(previous.cost_drift_intervals, previous.cost_drift) if previous else None
     streak = next_streak(before or CostStreak(), ratio, settings)
-    goodput = live_goodput_grid(spec, estimate.per_position, itl_scale(ratios, rows, settings))
-    weights = batch_weights(window, rows) or {m.batch_size: 1.0 for m in spec.measurements}
+    scale = itl_scale(ratios, rows, settings)
+    goodput = live_goodput_grid(spec, estimate.per_position, scale)
+    served = batch_weights(window, rows)
+    weights = served or {m.batch_size: 1.0 for m in spec.measurements}
     current = in_force(inputs)
     candidate = tuple(derive_live_schedule(spec, goodput, inputs.allowed_k))
     push = (
@@ -234,6 +243,14 @@ def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> Assessment:
         source=source,
         gain=gain,
     )
+    floor = live_ratio(
+        spec,
+        per_position=estimate.per_position,
+        half_width=estimate.half_width,
+        itl_scale=scale,
+        schedule=schedule,
+        weights=served,
+    )
     if previous is not None and not _moved(previous, record, settings.record_tolerance):
-        return Assessment(previous, goodput)
-    return Assessment(record, goodput)
+        return Assessment(previous, goodput, floor)
+    return Assessment(record, goodput, floor)

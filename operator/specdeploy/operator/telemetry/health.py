@@ -31,7 +31,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdeploy.operator.api import Condition, ConditionStatus, LiveSource, Policy, PoolStatus
+from specdeploy.operator.api import (
+    Condition,
+    ConditionStatus,
+    FloorState,
+    LiveSource,
+    Policy,
+    PoolStatus,
+)
 from specdeploy.operator.conditions import condition
 from specdeploy.operator.naming import label_value
 from specdeploy.operator.telemetry.window import PoolWindow, TelemetryReport
@@ -66,6 +73,19 @@ def expected_pools(policy: Policy, previous: Mapping[str, Mapping[str, Any]]) ->
     ]
 
 
+def canary_pools(policy: Policy, previous: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Pool labels whose series are used when present but not waited for: pools the live
+    floor holds at plain decoding, whose one canary replica speculates (its pod may stay
+    Pending where no GPU is free; the pool's timed probe covers that)."""
+    if policy not in _OBSERVED_POLICIES:
+        return []
+    return [
+        label_value(gpu)
+        for gpu, pool in previous.items()
+        if (pool.get("floor") or {}).get("state") == FloorState.PLAIN.value
+    ]
+
+
 def _carried(old_conditions: Sequence[Mapping[str, Any]]) -> Condition | None:
     for cond in old_conditions:
         if cond.get("type") == TELEMETRY_HEALTHY:
@@ -86,11 +106,13 @@ def telemetry_health(
     interval_seconds: float,
     stale_intervals: float,
     old_conditions: Sequence[Mapping[str, Any]] = (),
+    optional: Sequence[str] = (),
 ) -> Health:
     """TelemetryHealthy from this interval's report (None: carry the last verdict over).
 
     ``expected``: the pool labels that should have series (speculating, a
-    ready replica).
+    ready replica); ``optional``: labels whose fresh windows are used but whose
+    absence says nothing (``canary_pools``).
     """
     if url is None:
         message = "no spec.telemetry.prometheusURL and no SPECDEPLOY_PROMETHEUS_URL"
@@ -108,12 +130,21 @@ def telemetry_health(
         return Health(
             condition(TELEMETRY_HEALTHY, ConditionStatus.FALSE, report.problem.value, message)
         )
+    limit = stale_intervals * interval_seconds + STALE_SLACK_SECONDS
+    canaries = {
+        p: w
+        for p, w in report.windows.items()
+        if p in optional
+        and p not in expected
+        and w.age_seconds is not None
+        and w.age_seconds <= limit
+    }
     if not expected:
         message = "no pool speculates with a ready replica"
         return Health(
-            condition(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NothingToObserve", message)
+            condition(TELEMETRY_HEALTHY, ConditionStatus.UNKNOWN, "NothingToObserve", message),
+            canaries,
         )
-    limit = stale_intervals * interval_seconds + STALE_SLACK_SECONDS
     missing = [p for p in expected if p not in report.windows]
     stale = [
         p
@@ -122,6 +153,7 @@ def telemetry_health(
         and (report.windows[p].age_seconds is None or report.windows[p].age_seconds > limit)  # type: ignore[operator]
     ]
     usable = {p: w for p, w in report.windows.items() if p in expected and p not in stale}
+    usable.update(canaries)
     if missing:
         message = f"no add-on series for pool(s) {', '.join(missing)}; their tables frozen"
         carried = _carried(old_conditions)

@@ -143,15 +143,18 @@ def world(
 
 
 def settle(
-    deployment: dict[str, Any], *, config: Config | None = None
+    deployment: dict[str, Any],
+    *,
+    config: Config | None = None,
+    profile: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], Decision]:
     """Reconcile until nothing changes (at most 4 rounds); the body carries the status written."""
-    decision = decide(deployment, world(deployment), now=NOW, config=config or Config())
+    cfg = config or Config()
+    decision = decide(deployment, world(deployment, profile=profile), now=NOW, config=cfg)
     for _ in range(4):
         deployment = {**deployment, "status": decision.status}
-        decision = decide(
-            deployment, world(deployment, decision), now=NOW, config=config or Config()
-        )
+        obs = world(deployment, decision, profile=profile)
+        decision = decide(deployment, obs, now=NOW, config=cfg)
     return {**deployment, "status": decision.status}, decision
 
 
@@ -162,10 +165,12 @@ def step(
     *,
     now: str = LATER,
     profile: Mapping[str, Any] | None = None,
+    config: Config | None = None,
 ) -> tuple[dict[str, Any], Decision]:
     """One reconcile with an interval's report: the body with the new status, and the decision."""
     obs = world(deployment, before, profile=profile)
-    decision = decide(deployment, obs, now=now, config=Config(), memory=Memory(telemetry=telemetry))
+    memory = Memory(telemetry=telemetry)
+    decision = decide(deployment, obs, now=now, config=config or Config(), memory=memory)
     return {**deployment, "status": decision.status}, decision
 
 

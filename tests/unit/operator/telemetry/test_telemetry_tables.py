@@ -15,6 +15,7 @@ from specdeploy.operator.telemetry.window import FetchProblem, TelemetryReport
 from specdeploy.runtime.ranges import schedule_problems, validate_vllm
 from specdeploy.runtime.schedule import derive_schedule
 from tests.unit.operator.telemetry.fakes import (
+    H100,
     LATER,
     NOW,
     PROFILE_RATES,
@@ -232,3 +233,33 @@ def test_only_speculating_pools_with_a_ready_replica_under_a_profiled_policy_are
     assert expected_pools(Policy.TABLE, previous) == ["NVIDIA-H100-80GB-HBM3"]
     assert expected_pools(Policy.FIXED, previous) == []
     assert expected_pools(Policy.OFF, previous) == []
+
+
+def test_a_plain_pools_canary_series_are_used_when_fresh_and_never_waited_for() -> None:
+    """The live floor's canary may stay Pending (no free GPU): its absence is no fault."""
+    from specdeploy.operator.api import Policy
+    from specdeploy.operator.telemetry.health import canary_pools, telemetry_health
+
+    previous = {
+        "NVIDIA-H100-80GB-HBM3": {"speculating": False, "floor": {"state": "plain"}},
+        "NVIDIA-L4": {"speculating": True, "readyReplicas": 1, "floor": {"state": "speculating"}},
+    }
+    assert canary_pools(Policy.ADAPTIVE, previous) == ["NVIDIA-H100-80GB-HBM3"]
+    assert canary_pools(Policy.FIXED, previous) == []
+    fresh, stale = window(age=5.0), window(age=500.0)
+    kwargs: dict[str, Any] = {"url": URL, "interval_seconds": 60.0, "stale_intervals": 2.0}
+    alone = telemetry_health(
+        report=TelemetryReport(URL, 60.0, {H100: fresh}), expected=[], optional=[H100], **kwargs
+    )
+    assert alone.condition.reason == "NothingToObserve" and alone.windows == {H100: fresh}
+    old = telemetry_health(
+        report=TelemetryReport(URL, 60.0, {H100: stale}), expected=[], optional=[H100], **kwargs
+    )
+    assert old.windows == {}
+    beside = telemetry_health(
+        report=TelemetryReport(URL, 60.0, {"NVIDIA-L4": fresh}),
+        expected=["NVIDIA-L4"],
+        optional=[H100],
+        **kwargs,
+    )
+    assert beside.condition.reason == "Healthy" and set(beside.windows) == {"NVIDIA-L4"}

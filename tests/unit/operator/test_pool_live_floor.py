@@ -1,0 +1,270 @@
+"""The live floor: plain decoding on sustained live evidence, a timed probe back, a flip budget.
+
+Each test runs the operator's own decision (``decide``) over windows built
+the way the add-on counts: the H100 pool serves at batch 3-4 with the
+example profile plus a measured plain-decoding baseline 8% below K=0's
+step time, so a collapse of acceptance (random text) makes speculation
+lose and the profile's acceptance makes it win.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import Any
+
+import pytest
+
+from specdeploy.operator.api import FloorState, PoolFloor
+from specdeploy.operator.config import Config, FloorSettings
+from specdeploy.operator.decision.decide import Decision
+from tests.unit.operator.telemetry.fakes import (
+    NOW,
+    PROFILE_RATES,
+    body,
+    condition,
+    owned,
+    pool,
+    profile_doc,
+    report,
+    settle,
+    step,
+    window,
+)
+
+pytestmark = pytest.mark.unit
+
+K0_TAX = 1.08
+COLLAPSED = (0.02, 0.01, 0.0, 0.0, 0.0)
+QUICK = Config(floor=FloorSettings(restart_seconds=6.0))
+"""A restart of 6 s: a 30%+ loss pays for it within the three-window streak."""
+
+
+def profile_with_baseline(deployment: dict[str, Any]) -> dict[str, Any]:
+    doc = profile_doc(deployment)
+    doc["spec"]["baseline"] = [
+        {"batchSize": c["batchSize"], "itlMs": round(c["itlMs"] / K0_TAX, 4), "samples": 256}
+        for c in doc["spec"]["measurements"]
+        if c["k"] == 0
+    ]
+    return doc
+
+
+def at(minutes: float) -> str:
+    start = datetime.datetime.fromisoformat(NOW)
+    return (start + datetime.timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Pool:
+    """One pool reconciled window after window, as the telemetry loop would drive it."""
+
+    def __init__(self, config: Config = QUICK, **spec: Any) -> None:
+        deployment = body(**spec)
+        self.profile = profile_with_baseline(deployment)
+        self.config = config
+        self.body, self.decision = settle(deployment, config=config, profile=self.profile)
+
+    def window(self, minute: float, rates: tuple[float, ...] | None) -> Decision:
+        """A reconcile at ``minute`` with a window at ``rates`` (None: no window this time)."""
+        telemetry = None if rates is None else report(window(rates, deployment=self.body))
+        self.body, self.decision = step(
+            self.body,
+            self.decision,
+            telemetry,
+            now=at(minute),
+            profile=self.profile,
+            config=self.config,
+        )
+        return self.decision
+
+    def floor(self) -> PoolFloor | None:
+        raw = pool(self.decision).get("floor")
+        return None if raw is None else PoolFloor.model_validate(raw)
+
+    def speculating(self) -> bool:
+        containers = owned(self.decision, "Deployment")["spec"]["template"]["spec"]["containers"]
+        args = json.dumps([c.get("args", []) + c.get("command", []) for c in containers])
+        return "--speculative-config" in args
+
+
+def test_collapse_rolls_the_pool_to_plain_decoding_after_the_losing_windows() -> None:
+    p = Pool()
+    assert p.speculating() and p.floor() is None  # nothing judged before the first window
+    for minute in (1, 2):
+        p.window(minute, COLLAPSED)
+        assert p.speculating(), minute
+        floor = p.floor()
+        assert floor is not None and floor.state is FloorState.SPECULATING
+        assert floor.losing_windows == minute
+        assert floor.ratio_high is not None and floor.ratio_high < 0.98
+    p.window(3, COLLAPSED)
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.PLAIN, floor
+    assert not p.speculating()
+    status = pool(p.decision)
+    assert status["speculating"] is False
+    assert "plain decoding (live floor)" in status["message"]
+    assert floor.flips == (at(3),) and floor.since == at(3)
+    beneficial = condition(p.decision, "SpeculationBeneficial")
+    assert (beneficial["status"], beneficial["reason"]) == ("False", "LiveFloorPlain")
+    assert any(e.reason == "PlainDecoding" for e in p.decision.events)
+    # no window from a plain pool (its pods run no add-on): it stays plain, nothing rewritten
+    p.window(4, None)  # the rollout to plain decoding is done
+    before = p.decision.status
+    p.window(5, None)
+    assert not p.speculating() and p.floor() == floor and p.decision.status == before
+
+
+def test_traffic_the_table_wins_on_starts_no_streak_and_writes_nothing_when_quiet() -> None:
+    p = Pool()
+    p.window(1, PROFILE_RATES)
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.SPECULATING
+    assert floor.losing_windows == 0 and floor.ratio_low is not None and floor.ratio_low > 1.0
+    status = p.decision.status
+    p.window(2, PROFILE_RATES)
+    assert p.decision.status == status  # the same R again: nothing to write
+
+
+def test_a_window_that_wins_breaks_the_streak() -> None:
+    p = Pool()
+    p.window(1, COLLAPSED)
+    p.window(2, COLLAPSED)
+    p.window(3, PROFILE_RATES)
+    p.window(4, COLLAPSED)
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.SPECULATING
+    assert floor.losing_windows == 1 and p.speculating()
+
+
+def test_a_loss_too_small_to_pay_for_a_restart_waits_for_the_break_even() -> None:
+    """Under random text the live table runs K=0, which loses only the K=0 tax (~7%): with a
+    4 min restart, the streak must last about 4 / 0.07 min before a flip pays."""
+    p = Pool(config=Config(floor=FloorSettings(restart_seconds=240.0)))
+    for minute in range(1, 30):
+        p.window(minute, COLLAPSED)
+        assert p.speculating(), minute
+    floor = p.floor()
+    assert floor is not None and "a restart pays after" in floor.reason
+    assert floor.ratio is not None and 0.9 < floor.ratio < 0.95  # about 1 / K0_TAX
+    expected = 240.0 / (1.0 - floor.ratio) / 60.0
+    minute = 30
+    while p.speculating() and minute < 120:
+        minute += 1
+        p.window(minute, COLLAPSED)
+    # the streak began with the first window (minute 0 to 1)
+    assert not p.speculating() and expected <= minute <= expected + 1, (minute, expected)
+
+
+def test_a_timed_probe_speculates_again_and_the_flip_budget_bounds_round_trips() -> None:
+    p = Pool(config=Config(floor=FloorSettings(restart_seconds=6.0, probe_after_seconds=1800)))
+    for minute in (1, 2, 3):
+        p.window(minute, COLLAPSED)
+    assert not p.speculating()  # flip 1 at minute 3
+    p.window(32, None)
+    assert not p.speculating()  # 29 min of plain decoding: no probe yet
+    p.window(33, None)
+    assert p.speculating()  # flip 2: the probe
+    floor = p.floor()
+    assert floor is not None and floor.flips == (at(3), at(33)) and "probe" in floor.reason
+    assert any(e.reason == "SpeculationResumed" for e in p.decision.events)
+    for minute in range(34, 63):  # still random text: losing, but two flips this hour
+        p.window(minute, COLLAPSED)
+        assert p.speculating(), minute
+    floor = p.floor()
+    assert floor is not None and "2 flips in the last hour" in floor.reason
+    p.window(63, COLLAPSED)  # minute 3's flip leaves the hour: flip 3
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.PLAIN
+    assert not p.speculating() and floor.flips == (at(33), at(63))
+
+
+def test_oscillating_traffic_makes_at_most_two_flips_an_hour() -> None:
+    p = Pool(config=Config(floor=FloorSettings(restart_seconds=6.0, probe_after_seconds=600.0)))
+    flips: list[int] = []
+    was = p.speculating()
+    for minute in range(1, 121):
+        hostile = (minute // 10) % 2 == 0  # ten minutes of random text, ten of chat
+        p.window(minute, COLLAPSED if hostile else PROFILE_RATES)
+        if p.speculating() != was:
+            flips.append(minute)
+            was = p.speculating()
+    assert len(flips) >= 3, f"the floor barely acted on an hour of random text: {flips}"
+    for first in flips:
+        assert sum(1 for t in flips if first <= t < first + 60) <= 2, flips
+
+
+def test_fallback_none_speculates_whatever_the_traffic() -> None:
+    p = Pool(speculation={**body()["spec"]["speculation"], "fallback": "none"})
+    for minute in range(1, 10):
+        p.window(minute, COLLAPSED)
+    assert p.speculating() and p.floor() is None
+
+
+def deployments(decision: Decision) -> dict[str, dict[str, Any]]:
+    return {m["metadata"]["name"]: m for m in decision.owned if m["kind"] == "Deployment"}
+
+
+def speculates(deployment: dict[str, Any]) -> bool:
+    return "--speculative-config" in json.dumps(deployment["spec"]["template"])
+
+
+def test_a_plain_pool_keeps_one_surged_canary_speculating_on_the_pools_table() -> None:
+    p = Pool()
+    assert len(deployments(p.decision)) == 1
+    for minute in (1, 2, 3):
+        p.window(minute, COLLAPSED)
+    found = deployments(p.decision)
+    (main,) = (d for name, d in found.items() if not name.endswith("-canary"))
+    (canary,) = (d for name, d in found.items() if name.endswith("-canary"))
+    assert not speculates(main) and speculates(canary)
+    assert canary["spec"]["replicas"] == 1 and main["spec"]["replicas"] == 1  # surged beside it
+    selector = canary["spec"]["selector"]["matchLabels"]
+    assert selector["specdeploy.io/canary"] == "true"
+    assert {k: v for k, v in selector.items() if k != "specdeploy.io/canary"} == (
+        main["spec"]["selector"]["matchLabels"]
+    )
+    table = json.loads(owned(p.decision, "ConfigMap")["data"]["table.json"])
+    assert table["policy"] != "off" and table["schedule"]  # what the canary's add-on reads
+
+
+def test_the_canarys_wins_bring_the_pool_back_and_its_losses_keep_it_plain_without_probes() -> None:
+    p = Pool()
+    for minute in (1, 2, 3):
+        p.window(minute, COLLAPSED)
+    writes = 0
+    for minute in range(4, 80):  # random text goes on: the canary loses, no probe after 1 h
+        status = p.decision.status
+        p.window(minute, COLLAPSED)
+        writes += p.decision.status != status
+        assert not p.speculating(), minute
+    # the canary's clock is refreshed every quarter of the probe's hour, not every window
+    assert writes <= 6, writes
+    floor = p.floor()
+    assert floor is not None and floor.flips == () and floor.winning_windows == 0
+    for minute in (80, 81):  # chat again
+        p.window(minute, PROFILE_RATES)
+        assert not p.speculating(), minute
+    p.window(82, PROFILE_RATES)
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.SPECULATING, floor
+    assert p.speculating() and list(deployments(p.decision)) == [
+        n for n in deployments(p.decision) if not n.endswith("-canary")
+    ]
+    assert "canary" in floor.reason and floor.flips == (at(82),)
+
+
+def test_the_operators_flags_set_the_floors_restart_and_probe_and_default_to_its_settings() -> None:
+    from specdeploy.cli import operator as cli
+    from specdeploy.operator.config import DEFAULT_FLOOR
+
+    assert DEFAULT_FLOOR.restart_seconds == cli.DEFAULT_FLOOR_RESTART_S
+    assert DEFAULT_FLOOR.probe_after_seconds == cli.DEFAULT_FLOOR_PROBE_S
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli._floor_arguments(parser)
+    args = parser.parse_args(["--floor-restart-seconds=40s", "--floor-probe-after-seconds", "900"])
+    assert (args.floor_restart_seconds, args.floor_probe_after_seconds) == (40.0, 900.0)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--floor-restart-seconds=0"])

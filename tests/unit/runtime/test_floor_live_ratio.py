@@ -1,0 +1,96 @@
+"""R, the live floor's signal: the table in force over plain decoding at the served mix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from specdeploy.runtime.floor import live_ratio
+from specdeploy.runtime.profile import ProfileSpec, parse_profile
+from specdeploy.runtime.schedule import cost_model, derive_schedule, grid_rows, vanilla_gain
+from tests.paths import ROOT
+
+pytestmark = pytest.mark.unit
+
+K0_TAX = 1.08
+"""K=0 with speculation configured over plain decoding's step time (vLLM #49548: +7-22%)."""
+RATES = (0.81, 0.69, 0.58, 0.49, 0.41)
+COLLAPSED = (0.02, 0.01, 0.0, 0.0, 0.0)
+
+
+def with_baseline(tax: float = K0_TAX, half_width: float | None = None) -> ProfileSpec:
+    """The example profile with plain decoding measured at each size, ``tax`` below K=0."""
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "profile-example.yaml").read_text())
+    cells = doc["spec"]["measurements"]
+    doc["spec"]["baseline"] = [
+        {
+            "batchSize": c["batchSize"],
+            "itlMs": round(c["itlMs"] / tax, 4),
+            "samples": 256,
+            **({} if half_width is None else {"itlHalfWidthMs": half_width * c["itlMs"] / tax}),
+        }
+        for c in cells
+        if c["k"] == 0
+    ]
+    return parse_profile(doc).spec
+
+
+def ratio(spec: ProfileSpec, rates: tuple[float, ...], **kwargs: Any) -> Any:
+    inputs: dict[str, Any] = {
+        "per_position": rates,
+        "half_width": (0.0,) * len(rates),
+        "itl_scale": None,
+        "schedule": derive_schedule(spec),
+        "weights": {4: 1.0},
+    }
+    return live_ratio(spec, **{**inputs, **kwargs})
+
+
+def test_an_all_k0_table_costs_exactly_the_k0_tax() -> None:
+    """K=0 with speculation configured accepts nothing and steps slower than plain decoding:
+    R is the inverse of the tax, whatever the acceptance."""
+    spec = with_baseline()
+    found = ratio(spec, RATES, schedule=((1, 256, 0),), weights={1: 1.0, 64: 3.0})
+    assert found.ratio == pytest.approx(1 / K0_TAX, rel=2e-3)
+    assert found.sizes == (1, 64)
+
+
+def test_r_agrees_with_the_profiles_own_gain_at_its_acceptance_and_falls_on_collapse() -> None:
+    spec = with_baseline()
+    gains = vanilla_gain(spec)
+    assert gains is not None
+    held = ratio(spec, RATES)
+    assert held.ratio == pytest.approx(float(gains[4]), rel=0.02)  # the table is best-K there
+    assert held.ratio > 1.2
+    collapsed = ratio(spec, COLLAPSED)
+    assert collapsed.ratio < 1 / K0_TAX  # drafting K > 0 for nothing costs more than K=0
+
+
+def test_the_interval_holds_r_and_widens_with_acceptance_and_cost_uncertainty() -> None:
+    spec = with_baseline()
+    point = ratio(spec, COLLAPSED)
+    assert point.low == point.high == point.ratio  # no uncertainty given, none invented
+    wide = ratio(spec, COLLAPSED, half_width=(0.1,) * 5)
+    assert wide.low < wide.ratio < wide.high
+    noisy = with_baseline(half_width=0.05)
+    costly = ratio(noisy, COLLAPSED, half_width=(0.1,) * 5)
+    assert costly.low < wide.low and costly.high > wide.high
+
+
+def test_the_live_cost_scale_corrects_plain_decoding_too() -> None:
+    """One scale for the whole grid moves both sides alike: R does not change."""
+    spec = with_baseline()
+    rows = grid_rows(spec)
+    slower = ratio(spec, RATES, itl_scale=np.full(rows, 1.7))
+    assert slower.ratio == pytest.approx(ratio(spec, RATES).ratio, rel=1e-6)
+
+
+def test_without_a_baseline_or_a_mix_nothing_is_said() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "profile-example.yaml").read_text())
+    spec = parse_profile(doc).spec
+    assert not cost_model(spec).vanilla_sizes
+    assert ratio(spec, RATES) is None
+    assert ratio(with_baseline(), RATES, weights={}) is None
