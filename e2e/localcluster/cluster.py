@@ -423,14 +423,19 @@ def start_operator(
 
 
 @contextmanager
-def operator_running(cluster: Cluster, *, kubeconfig_path: Path | None = None) -> Iterator[Cluster]:
+def operator_running(
+    cluster: Cluster, *, kubeconfig_path: Path | None = None, extra_args: Sequence[str] = ()
+) -> Iterator[Cluster]:
     """The repository's CRDs installed and the operator running, stopped (and its scrape
     target withdrawn) on exit: what every operator test module needs around it.
 
-    ``kubeconfig_path``: as in ``operator_component`` (default: ``identity.install``'s)."""
+    ``kubeconfig_path``, ``extra_args``: as in ``operator_component`` (default:
+    ``identity.install``'s kubeconfig, no more flags)."""
     kubectl = Binaries.for_checkout().path("kubectl")
     install_crds(kubectl, cluster.kubeconfig, repo_root() / "crds", lambda _m: None)
-    start_operator(cluster, log=lambda _m: None, kubeconfig_path=kubeconfig_path)
+    start_operator(
+        cluster, log=lambda _m: None, kubeconfig_path=kubeconfig_path, extra_args=extra_args
+    )
     try:
         yield cluster
     finally:
