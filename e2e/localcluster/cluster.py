@@ -355,7 +355,7 @@ def _boot(
     ports = Ports.pick()
     server = f"https://127.0.0.1:{ports.apiserver}"
     _write_kubeconfigs(layout, server)
-    stages.write_config(layout.kwok_config)
+    stages.write_config(layout.kwok_config, probed=serving == SERVING_EMULATED)
     _write_prometheus_config(layout, ports)
     layout.logs.mkdir(parents=True, exist_ok=True)
     audit.write_policy(layout.audit_policy)

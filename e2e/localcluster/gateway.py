@@ -11,10 +11,11 @@ Service spreads connections:
   that are Ready, not terminating and published by the stand-in (looked up
   through the API at most every ``REFRESH_SECONDS``, so a pod that goes
   away stops receiving new requests within that time), and whose readiness
-  probe answers: KWOK marks a pod Ready at once and runs no probe, so the
-  gateway asks the probe's path itself, as the kubelet would before the
-  endpoints controller lists the pod (a server still loading its model
-  answered 503 to the first requests otherwise);
+  probe answers: the kubelet stand-in holds a serving pod's Ready back until
+  its probe first passes (``stages.PROBE_PASSED``), but nothing marks a pod
+  unready again, so the gateway asks the probe's path itself, as the
+  kubelet's periodic probe would before the endpoints controller drops a pod
+  (a draining server answers 503);
 * a refused connection tries the next endpoint (at most one per endpoint);
   no endpoint at all answers 503 with a JSON reason, as a client sees an
   empty Service;
@@ -33,8 +34,7 @@ import itertools
 import signal
 import sys
 import time
-import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from aiohttp import web
 
 from e2e.localcluster.emulation import LOCAL_HTTP
 from e2e.localcluster.kubeapi import ApiError, KubeApi
+from e2e.localcluster.probes import Probe, http_probe, readiness_path
 from specdeploy.runtime.kube import paths
 
 REFRESH_SECONDS = 1.0
@@ -66,29 +67,6 @@ HOP_BY_HOP = frozenset(
 def base_url(port: int, namespace: str, service: str) -> str:
     """What a client uses as its OpenAI base URL's root (append ``/v1``)."""
     return f"http://127.0.0.1:{port}/{namespace}/{service}"
-
-
-Probe = Callable[[str, str], bool]
-"""Whether ``http://ADDRESS/PATH`` passes a readiness probe."""
-PROBE_TIMEOUT = 1.0
-
-
-def http_probe(address: str, path: str) -> bool:
-    """A kubelet's HTTP probe: any answer from 200 to 399 within ``PROBE_TIMEOUT``."""
-    try:
-        with urllib.request.urlopen(f"http://{address}{path}", timeout=PROBE_TIMEOUT) as answer:
-            return 200 <= int(answer.status) < 400
-    except (OSError, ValueError):
-        return False
-
-
-def readiness_path(pod: Mapping[str, Any]) -> str | None:
-    """The HTTP path of the pod's first container readiness probe, if it has one."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        probe = (container.get("readinessProbe") or {}).get("httpGet")
-        if probe:
-            return str(probe.get("path") or "/")
-    return None
 
 
 def ready_endpoints(

@@ -35,6 +35,12 @@ metrics port is published on the pod (``LOCAL_METRICS``) and to Prometheus
 as job ``specdeploy-operator`` (what the chart's PodMonitor scrapes in a real
 cluster).
 
+A serving pod is Running but not Ready until its readiness probe passes: the
+stand-in asks the probe's path on the pod's loopback port each poll, as a
+kubelet would, and sets ``stages.PROBE_PASSED`` once it answers; KWOK then
+marks the pod Ready. A rollout therefore keeps the old pod serving while the
+new one loads (``maxUnavailable: 0``), as on a real cluster.
+
 With ``--serving=kwok`` (``SERVING_BY_KWOK``) serving pods are left to KWOK alone,
 which marks them Running and Ready as it does any pod: no emulated vLLM process,
 no metrics, no traffic. That is for a fleet benchmark with hundreds of serving
@@ -42,7 +48,8 @@ pods on a small machine, which measures the control plane, not the pods; it
 changes the cluster's emulation only, never what a spec asks. Profiling pods
 (few: one per fingerprint) still run the profiler here.
 
-A pod deleted while its command runs has the command's process group killed.
+A pod deleted while its command runs has the command's process group stopped after
+its preStop sleep (capped at ``PRE_STOP_CAP_SECONDS``): SIGTERM, then SIGKILL after the grace.
 The stand-in lists pods every ``POLL`` seconds instead of watching: a local
 test cluster has few pods, and a poll cannot miss an event.
 """
@@ -62,7 +69,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from e2e.localcluster import emulation, kubeconfig, podenv, prometheus, real_vllm, stages
+from e2e.localcluster import (
+    emulation,
+    kubeconfig,
+    podenv,
+    probes,
+    prometheus,
+    real_vllm,
+    stages,
+)
 from e2e.localcluster import volumes as volumes_mod
 from e2e.localcluster.emulation import Kind
 from e2e.localcluster.fleet import KWOK_ANNOTATION
@@ -80,11 +95,15 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 CONFIG_ERROR_CODE = 128
 READY_FILE = "kubelet-standin.ready"
 MAX_GRACE_SECONDS = 60
+PRE_STOP_CAP_SECONDS = 2.0
+"""The longest preStop sleep the stand-in waits before SIGTERM. The sleep is there for
+endpoints to drop the pod first; here that takes at most the gateway's refresh
+(``gateway.REFRESH_SECONDS``, 1 s), and a spec's 15 s would only slow tests down."""
 SERVING_EMULATED = "emulate"
 SERVING_BY_KWOK = "kwok"
 SERVING_MODES = (SERVING_EMULATED, SERVING_BY_KWOK)
 """How serving pods are played: an emulated vLLM process each, or KWOK's Ready alone."""
-NOT_SERVING = "specdeploy.io/component!=serving"
+NOT_SERVING = "!=".join(stages.PROBED_LABEL)
 """With serving pods left to KWOK, the poll lists only the others (a fleet has many)."""
 VOLUME_SYNC_SECONDS = 2.0
 """How often mounted ConfigMaps and Secrets are re-read (the kubelet's sync is ~1 min;
@@ -178,6 +197,8 @@ class PodRun:
     """An operator pod's ``/metrics`` address on the loopback, when it serves one."""
     synced: dict[str, str] = field(default_factory=dict)
     """ConfigMap/Secret volume directory -> the digest of the data it holds."""
+    probe_passed: bool = False
+    """Whether the pod's readiness probe has passed once (``stages.PROBE_PASSED`` set)."""
 
     @property
     def key(self) -> str:
@@ -185,6 +206,16 @@ class PodRun:
 
     def done(self) -> bool:
         return all(p.poll() is not None for p in self.processes.values())
+
+
+@dataclass
+class Stopping:
+    """A pod's processes on their way out: SIGTERM at ``term_at``, SIGKILL at ``kill_at``."""
+
+    run: PodRun
+    term_at: float
+    kill_at: float
+    termed: bool = False
 
 
 def _pod_dir(pods_dir: Path, pod: Mapping[str, Any]) -> Path:
@@ -216,7 +247,7 @@ class StandIn:
         self.fake_nodes: dict[str, str] = {}
         """Fake node -> its GPU product ('' for a node without one)."""
         self.targets = targets
-        self.terminating: list[tuple[PodRun, float]] = []
+        self.terminating: list[Stopping] = []
         self._last_sync = time.monotonic()
         self._real: tuple[Path, Path] | None = None
 
@@ -230,6 +261,9 @@ class StandIn:
             if self._wanted(pod):
                 self.seen.add(pod["metadata"]["uid"])
                 self._start(pod)
+        for run in self.runs.values():
+            if not run.probe_passed:
+                self._probe(run)
         for uid, run in list(self.runs.items()):
             if uid not in live:
                 self._stop(run)
@@ -312,6 +346,24 @@ class StandIn:
         if self.targets is not None:
             self.targets.publish(run.pod, run.ports)
 
+    def _probe(self, run: PodRun) -> None:
+        """A serving pod's readiness probe, as a kubelet runs it until it first passes;
+        then ``PROBE_PASSED`` on the pod, and KWOK marks it Ready (``kwok-stages.yaml``).
+        A pod whose Ready KWOK does not hold back, or without an HTTP probe, passes at once."""
+        path = probes.readiness_path(run.pod)
+        if stages.probe_gated(run.pod) and run.ports is not None and path is not None:
+            if not probes.http_probe(f"127.0.0.1:{run.ports.http}", path):
+                return
+            meta = run.pod["metadata"]
+            pod_path = paths.path("Pod", namespace=meta["namespace"], name=meta["name"])
+            patch = {"metadata": {"annotations": {stages.PROBE_PASSED: "true"}}}
+            try:
+                self.api.merge_patch(pod_path, patch)
+            except ApiError as err:
+                if err.status != 404:
+                    raise
+        run.probe_passed = True
+
     def _publish_operator(self, run: PodRun) -> None:
         """The operator pod's metrics port: on the pod and to Prometheus (``publish_operator``)."""
         assert run.operator_metrics is not None
@@ -329,20 +381,30 @@ class StandIn:
             self.targets.withdraw(run.pod)
 
     def _stop(self, run: PodRun) -> None:
-        """SIGTERM now, SIGKILL once the pod's grace has passed (``_reap``): a serving
-        server drains in-flight requests on SIGTERM, and the loop must not wait on it."""
+        """The kubelet's termination: the preStop sleep (``_pre_stop_seconds``), then
+        SIGTERM, then SIGKILL once the pod's grace has passed, all from ``_reap``: a
+        serving server drains in-flight requests on SIGTERM, and the loop must not wait
+        on it. The sleep keeps the server answering while the gateway still lists the
+        pod, as the preStop sleep does while a real cluster's endpoints catch up."""
         self._withdraw(run)
-        _signal(run, signal.SIGTERM)
-        self.terminating.append((run, time.monotonic() + _grace_seconds(run.pod)))
+        now = time.monotonic()
+        stopping = Stopping(run, now + _pre_stop_seconds(run.pod), now + _grace_seconds(run.pod))
+        self.terminating.append(stopping)
+        self._reap()
 
     def _reap(self) -> None:
         left = []
-        for run, deadline in self.terminating:
+        now = time.monotonic()
+        for stopping in self.terminating:
+            run = stopping.run
             if run.done():
                 continue
-            if time.monotonic() >= deadline:
+            if not stopping.termed and now >= stopping.term_at:
+                _signal(run, signal.SIGTERM)
+                stopping.termed = True
+            if now >= stopping.kill_at:
                 _signal(run, signal.SIGKILL)
-            left.append((run, deadline))
+            left.append(stopping)
         self.terminating = left
 
     def _start_container(self, run: PodRun, container: Obj) -> None:
@@ -460,8 +522,8 @@ class StandIn:
         for run in self.runs.values():
             self._withdraw(run)
             _kill(run)
-        for run, _ in self.terminating:
-            _kill(run)
+        for stopping in self.terminating:
+            _kill(stopping.run)
         self.runs.clear()
         self.terminating.clear()
 
@@ -488,6 +550,21 @@ def _grace_seconds(pod: Mapping[str, Any]) -> float:
     """The pod's termination grace, bounded for a test cluster (the kubelet's is 30 s)."""
     grace = pod["spec"].get("terminationGracePeriodSeconds", 30)
     return float(min(max(int(grace), 1), MAX_GRACE_SECONDS))
+
+
+def _pre_stop_seconds(pod: Mapping[str, Any]) -> float:
+    """The first container's ``preStop`` ``sleep N``, capped at ``PRE_STOP_CAP_SECONDS``
+    (0 without one): the stand-in runs no other hook."""
+    for container in pod["spec"].get("containers") or []:
+        command = (((container.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}).get(
+            "command"
+        ) or []
+        if len(command) == 2 and command[0] == "sleep":
+            try:
+                return min(max(float(command[1]), 0.0), PRE_STOP_CAP_SECONDS)
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def _free_port() -> int:

@@ -8,13 +8,11 @@ own) speculating; chat traffic returns, the canary's R stays above 1, and the
 pool speculates again, the canary gone. No request fails or hangs on the way
 and the serving pods never outnumber ``max`` + the rollout's surge + the canary.
 
-Requests may be refused with a retriable 503 while a rollout replaces a pod:
-KWOK marks a new pod Ready at once, without its readiness probe, so the
-Deployment controller stops the old pod while the new one still loads (the
-emulated server's ``/health`` answers 503 for its first second) and the
-gateway has no ready endpoint for a moment. On a real cluster the kubelet's
-probe holds Ready back and ``maxUnavailable: 0`` keeps the old pod serving.
-The test prints the count.
+Every request of every load must succeed: not one refused, failed or hung.
+That holds because a new serving pod is Ready only once its readiness probe
+passes (the kubelet stand-in probes it, ``stages.PROBE_PASSED``), so a
+rollout with ``maxUnavailable: 0`` keeps the old pod serving until the new one
+answers, as on a real cluster.
 
 Real: the control plane, the operator and its telemetry loop, Prometheus,
 the add-on in each emulated pod (policy, table watcher, metrics), the load
@@ -103,7 +101,6 @@ class Fleet:
         self.loads = 0
         self.most_pods = 0
         self.requests = 0
-        self.refused = 0
         self.phases: list[str] = []
 
     def count_pods(self) -> int:
@@ -136,12 +133,10 @@ class Fleet:
                 found = None
             summary = load_summary(running, out)
             requests = summary["requests"]
-            # Every request ends ok or refused with a retriable 503, none failed or hung
-            # (as the autoscaling e2e): see the module's docstring for the refusals.
-            assert requests["failed"] == requests["timed_out"] == 0, requests
-            assert requests["ok"] > 0, f"{workload} load {self.loads}: {requests}"
+            assert 0 < requests["ok"] == requests["sent"], (
+                f"{workload} load {self.loads}: {requests}"
+            )
             self.requests += requests["sent"]
-            self.refused += requests["refused"]
             if found:
                 self.phases.append(f"{workload} {time.monotonic() - start:.0f} s")
                 return found
@@ -228,5 +223,5 @@ def test_random_text_rolls_the_pool_to_plain_decoding_with_a_canary_and_chat_bri
     assert fleet.most_pods <= 1 + SURGE + 1, fleet.most_pods
     print(
         f"\nlive floor e2e: {fleet.loads} loads, {fleet.requests} requests, "
-        f"{fleet.refused} refused (503, retriable), none failed; phases: " + ", ".join(fleet.phases)
+        "all ok; phases: " + ", ".join(fleet.phases)
     )

@@ -28,6 +28,8 @@ def test_the_kwok_config_holds_node_and_pod_stages_with_the_exit_gate() -> None:
         "node-initialize",
         "node-heartbeat-with-lease",
         "pod-ready",
+        "pod-start-unready",
+        "pod-probe-passed",
         "pod-complete",
         "pod-exit",
         "pod-delete",
