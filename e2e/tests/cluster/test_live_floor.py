@@ -42,7 +42,9 @@ from specdeploy.runtime.kube import paths
 Obj = dict[str, Any]
 NAME = "floor"
 GPU = "NVIDIA-H100-80GB-HBM3"
-INTERVAL_S = 6
+INTERVAL_S = 10
+"""The shortest telemetry interval the operator takes (``telemetry.interval.MIN_SECONDS``):
+three losing windows, then three canary windows, pace the test."""
 LOAD_S = 10
 """Each load runs this long; the test runs loads until the state it waits for."""
 CANARY_LABEL = "specdeploy.io/canary"
