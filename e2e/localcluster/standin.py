@@ -333,7 +333,8 @@ class StandIn:
         except (ValueError, KeyError, ApiError, OSError, RuntimeError) as err:
             self._stop(run)
             del self.runs[run.key]
-            self._annotate(pod, CONFIG_ERROR_CODE, f"kubelet stand-in: {err}")
+            message = f"kubelet stand-in: {err}"
+            self._annotate(pod, stages.exit_annotations(CONFIG_ERROR_CODE, message))
 
     def _publish(self, run: PodRun) -> None:
         """The serving pod's loopback ports: on the pod (the gateway) and to Prometheus."""
@@ -354,14 +355,7 @@ class StandIn:
         if stages.probe_gated(run.pod) and run.ports is not None and path is not None:
             if not probes.http_probe(f"127.0.0.1:{run.ports.http}", path):
                 return
-            meta = run.pod["metadata"]
-            pod_path = paths.path("Pod", namespace=meta["namespace"], name=meta["name"])
-            patch = {"metadata": {"annotations": {stages.PROBE_PASSED: "true"}}}
-            try:
-                self.api.merge_patch(pod_path, patch)
-            except ApiError as err:
-                if err.status != 404:
-                    raise
+            self._annotate(run.pod, {stages.PROBE_PASSED: "true"})
         run.probe_passed = True
 
     def _publish_operator(self, run: PodRun) -> None:
@@ -506,12 +500,13 @@ class StandIn:
                 code, message = exit_code, text
             elif not code and not message:
                 message = text
-        self._annotate(run.pod, code, message)
+        self._annotate(run.pod, stages.exit_annotations(code, message))
 
-    def _annotate(self, pod: Obj, code: int, message: str) -> None:
+    def _annotate(self, pod: Obj, annotations: Mapping[str, str]) -> None:
+        """The harness's annotations on the pod (a pod already gone is left alone)."""
         meta = pod["metadata"]
         path = paths.path("Pod", namespace=meta["namespace"], name=meta["name"])
-        patch = {"metadata": {"annotations": stages.exit_annotations(code, message)}}
+        patch = {"metadata": {"annotations": dict(annotations)}}
         try:
             self.api.merge_patch(path, patch)
         except ApiError as err:
