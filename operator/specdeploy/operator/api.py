@@ -630,9 +630,10 @@ class FloorState(StrEnum):
 class PoolFloor(WireModel):
     """The live floor's state for one pool: R against plain decoding and the hysteresis.
 
-    R is the throughput of the table in force over plain decoding's at the
-    batch-size mix the pool served in the last window (live acceptance, the
-    live-corrected cost model), ``ratioLow``/``ratioHigh`` its 95% bounds. The
+    R is the throughput of what the pods ran (the K the add-on chose per batch
+    size, K=0 included) over plain decoding's at the batch-size mix the pool
+    served in the last window (live acceptance, the live-corrected cost model),
+    ``ratioLow``/``ratioHigh`` its 95% bounds. The
     pool rolls to plain decoding when the upper bound stays below 1 - margin for
     the operator's losing-window count and the streak has outlasted a restart's
     cost. While plain, one surged canary replica keeps speculating: its R's lower

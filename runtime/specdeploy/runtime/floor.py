@@ -13,9 +13,15 @@ actually serves, those are the profiled ones the spec asked for
 (``spec.profiling.batchSizes``).
 
 ``live_ratio`` is the live floor's signal (issue 31): R, the throughput of
-the table in force over plain decoding's at the batch-size mix a pool
-serves, from live acceptance and the live-corrected cost model, with an
+what the pods ran over plain decoding's at the (batch size, K) mix they
+served, from live acceptance and the live-corrected cost model, with an
 interval. Pure.
+
+The mix is the K the add-on chose, not the table in force: a pod whose
+add-on has fallen to K=0 proposes nothing, so its acceptance is unobserved
+(the estimate returns to the profile's prior) and the table priced at that
+prior says speculation wins while the pod pays K=0's tax on every step. The
+floor must judge what runs.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specdeploy.runtime.goodput import FloatArray
-from specdeploy.runtime.live import live_goodput_grid, throughput
+from specdeploy.runtime.live import live_goodput_grid
 from specdeploy.runtime.profile import ProfileSpec
 from specdeploy.runtime.ranges import k_at
 from specdeploy.runtime.schedule import cost_model, grid_rows, vanilla_gain
@@ -59,11 +65,11 @@ def judge(profile: ProfileSpec, served: Sequence[int]) -> FloorVerdict:
 
 @dataclass(frozen=True)
 class LiveRatio:
-    """R = throughput with the table in force / plain decoding's, at the served mix.
+    """R = throughput of the K the pods ran / plain decoding's, at the served mix.
 
     ``low`` and ``high`` bound it at 95%: acceptance at the ends of its live
     interval, and the profile's relative step-time half-widths (plain decoding's
-    and the cells' the table runs) added on top. Conservative by construction
+    and the cells' the pods ran) added on top. Conservative by construction
     (the bounds add, they do not combine in quadrature), because the live
     floor acts on ``high`` below 1 and returns on ``low`` above 1.
     """
@@ -86,18 +92,15 @@ def _nearest_relative_half_width(
     return 0.0 if half is None or itl <= 0 else half / itl
 
 
-def _cost_half_width(
-    spec: ProfileSpec, schedule: Sequence[Sequence[int]], weights: Mapping[int, float]
-) -> float:
+def _cost_half_width(spec: ProfileSpec, mix: Mapping[tuple[int, int], float]) -> float:
     """The weighted relative uncertainty of step cost against plain decoding's, per the
-    profile's own half-widths: sqrt(plain's² + the running cell's²) at each served size."""
+    profile's own half-widths: sqrt(plain's² + the served cell's²) for each (size, K)."""
     vanilla = [(b.batch_size, b.itl_ms, b.itl_half_width_ms) for b in spec.baseline]
-    total = sum(weights.values())
+    total = sum(mix.values())
     if total <= 0:
         return 0.0
     spread = 0.0
-    for bs, weight in weights.items():
-        k = k_at(schedule, max(int(bs), 1))
+    for (bs, k), weight in mix.items():
         cells = [
             (m.batch_size, m.itl_ms, m.itl_half_width_ms) for m in spec.measurements if m.k == k
         ]
@@ -108,21 +111,45 @@ def _cost_half_width(
     return spread / total
 
 
-def _vanilla_throughput(
-    spec: ProfileSpec, itl_scale: FloatArray | None, weights: Mapping[int, float]
-) -> float:
-    """Plain decoding's tokens/s over the mix: its profiled step time, live-corrected."""
+def schedule_mix(
+    schedule: Sequence[Sequence[int]], weights: Mapping[int, float]
+) -> dict[tuple[int, int], float]:
+    """The (batch size, K) mix of pods that run ``schedule`` exactly, at the batch-size mix
+    ``weights``: what R prices for a table rather than for what ran."""
+    return {(int(bs), k_at(schedule, max(int(bs), 1))): w for bs, w in weights.items()}
+
+
+def _plain_throughput(spec: ProfileSpec, itl_scale: FloatArray | None, row: int) -> float:
+    """Plain decoding's tokens/s at batch size ``row``: its profiled step time, live-corrected
+    (0: the profile cannot price it)."""
     model = cost_model(spec)
+    itl = model.vanilla_itl_ms(row, model.reference_context)
+    if itl is None:
+        return 0.0
+    scale = 1.0 if itl_scale is None else float(itl_scale[row])
+    return row * 1000.0 / (itl * scale)
+
+
+def _priced(
+    spec: ProfileSpec, itl_scale: FloatArray | None, mix: Mapping[tuple[int, int], float]
+) -> tuple[dict[tuple[int, int], float], float]:
+    """The cells of ``mix`` both sides can price (row clipped to the grid), and plain
+    decoding's throughput over them."""
     rows = grid_rows(spec)
-    total = 0.0
-    for bs, weight in weights.items():
+    cells: dict[tuple[int, int], float] = {}
+    plain = 0.0
+    goodput = live_goodput_grid(spec, [0.0] * spec.fingerprint.max_k, itl_scale)
+    for (bs, k), weight in mix.items():
         row = min(max(int(bs), 1), rows - 1)
-        itl = model.vanilla_itl_ms(row, model.reference_context)
-        if itl is None:
-            return 0.0
-        scale = 1.0 if itl_scale is None else float(itl_scale[row])
-        total += weight * row * 1000.0 / (itl * scale)
-    return total
+        col = int(k)
+        base = _plain_throughput(spec, itl_scale, row)
+        if weight <= 0 or base <= 0 or not 0 <= col < goodput.shape[1]:
+            continue
+        if not np.isfinite(goodput[row, col]):
+            continue
+        cells[(row, col)] = cells.get((row, col), 0.0) + weight
+        plain += weight * base
+    return cells, plain
 
 
 def live_ratio(
@@ -131,10 +158,9 @@ def live_ratio(
     per_position: Sequence[float],
     half_width: Sequence[float],
     itl_scale: FloatArray | None,
-    schedule: Sequence[Sequence[int]],
-    weights: Mapping[int, float],
+    mix: Mapping[tuple[int, int], float],
 ) -> LiveRatio | None:
-    """R at the served mix ``weights`` (share of steps per batch size), with its interval.
+    """R at the served ``mix`` (share of steps per (batch size, K)), with its interval.
 
     The step cost of both sides is the profile's, scaled per batch size by the
     live correction ``itl_scale``: the same hardware runs plain decoding, so the
@@ -143,11 +169,12 @@ def live_ratio(
     is the gap between a speculative step and a plain one, K=0 with speculation
     configured included: a profile that under-prices that gap over-states R,
     which the ``high`` bound carries only as far as the profile's half-widths do.
-    None without a baseline or a mix: nothing can then say.
+    Cells neither side can price are left out of both. None without a baseline
+    or a priced mix: nothing can then say.
     """
-    if not spec.baseline or not weights or sum(weights.values()) <= 0:
+    if not spec.baseline or not mix:
         return None
-    plain = _vanilla_throughput(spec, itl_scale, weights)
+    cells, plain = _priced(spec, itl_scale, mix)
     if plain <= 0:
         return None
     n = len(per_position)
@@ -157,11 +184,12 @@ def live_ratio(
 
     def ratio_at(acceptance: Sequence[float]) -> float:
         grid = live_goodput_grid(spec, acceptance, itl_scale)
-        return throughput(grid, schedule, weights) / plain
+        total = sum(w * row * float(grid[row, k]) for (row, k), w in cells.items())
+        return total / plain
 
     mid = ratio_at(per_position)
-    cost = _cost_half_width(spec, schedule, weights)
+    cost = _cost_half_width(spec, cells)
     low = ratio_at(lower) * (1.0 - cost)
     high = ratio_at(upper) * (1.0 + cost)
-    sizes = tuple(sorted(int(b) for b, w in weights.items() if w > 0))
+    sizes = tuple(sorted({row for row, _ in cells}))
     return LiveRatio(round(mid, 4), round(min(low, mid), 4), round(max(high, mid), 4), sizes)

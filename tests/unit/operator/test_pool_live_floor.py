@@ -64,9 +64,10 @@ class Pool:
         self.config = config
         self.body, self.decision = settle(deployment, config=config, profile=self.profile)
 
-    def window(self, minute: float, rates: tuple[float, ...] | None) -> Decision:
-        """A reconcile at ``minute`` with a window at ``rates`` (None: no window this time)."""
-        telemetry = None if rates is None else report(window(rates, deployment=self.body))
+    def window(self, minute: float, rates: tuple[float, ...] | None, k: int = 5) -> Decision:
+        """A reconcile at ``minute`` with a window at ``rates`` whose steps ran at ``k`` (None:
+        no window this time)."""
+        telemetry = None if rates is None else report(window(rates, k=k, deployment=self.body))
         self.body, self.decision = step(
             self.body,
             self.decision,
@@ -138,11 +139,13 @@ def test_a_window_that_wins_breaks_the_streak() -> None:
 
 
 def test_a_loss_too_small_to_pay_for_a_restart_waits_for_the_break_even() -> None:
-    """Under random text the live table runs K=0, which loses only the K=0 tax (~7%): with a
-    4 min restart, the streak must last about 4 / 0.07 min before a flip pays."""
+    """Under random text the add-on runs K=0, which loses only the K=0 tax (~7%): with a
+    4 min restart, the streak must last about 4 / 0.07 min before a flip pays. Nothing is
+    proposed at K=0, so acceptance is unobserved (the profile's prior): R is still the tax,
+    because it prices the K that ran."""
     p = Pool(config=Config(floor=FloorSettings(restart_seconds=240.0)))
     for minute in range(1, 30):
-        p.window(minute, COLLAPSED)
+        p.window(minute, COLLAPSED, k=0)
         assert p.speculating(), minute
     floor = p.floor()
     assert floor is not None and "a restart pays after" in floor.reason
@@ -151,7 +154,7 @@ def test_a_loss_too_small_to_pay_for_a_restart_waits_for_the_break_even() -> Non
     minute = 30
     while p.speculating() and minute < 120:
         minute += 1
-        p.window(minute, COLLAPSED)
+        p.window(minute, COLLAPSED, k=0)
     # the streak began with the first window (minute 0 to 1)
     assert not p.speculating() and expected <= minute <= expected + 1, (minute, expected)
 

@@ -1,4 +1,4 @@
-"""R, the live floor's signal: the table in force over plain decoding at the served mix."""
+"""R, the live floor's signal: what the pods ran over plain decoding at the served mix."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from specdeploy.runtime.floor import live_ratio
+from specdeploy.runtime.floor import live_ratio, schedule_mix
 from specdeploy.runtime.profile import ProfileSpec, parse_profile
 from specdeploy.runtime.schedule import cost_model, derive_schedule, grid_rows, vanilla_gain
 from tests.paths import ROOT
@@ -39,12 +39,15 @@ def with_baseline(tax: float = K0_TAX, half_width: float | None = None) -> Profi
 
 
 def ratio(spec: ProfileSpec, rates: tuple[float, ...], **kwargs: Any) -> Any:
+    """R of pods that run ``schedule`` (default: the profile's table) at batch-size mix
+    ``weights`` (default: all at 4), or at an explicit (batch size, K) ``mix``."""
+    schedule = kwargs.pop("schedule", derive_schedule(spec))
+    weights = kwargs.pop("weights", {4: 1.0})
     inputs: dict[str, Any] = {
         "per_position": rates,
         "half_width": (0.0,) * len(rates),
         "itl_scale": None,
-        "schedule": derive_schedule(spec),
-        "weights": {4: 1.0},
+        "mix": schedule_mix(schedule, weights),
     }
     return live_ratio(spec, **{**inputs, **kwargs})
 
@@ -94,3 +97,23 @@ def test_without_a_baseline_or_a_mix_nothing_is_said() -> None:
     assert not cost_model(spec).vanilla_sizes
     assert ratio(spec, RATES) is None
     assert ratio(with_baseline(), RATES, weights={}) is None
+
+
+def test_r_prices_the_k_the_pods_ran_not_the_table() -> None:
+    """A pod whose add-on fell to K=0 proposes nothing: its acceptance is unobserved and
+    the estimate is the profile's prior, at which the table wins. R must still say what
+    the pod pays, K=0's tax, because the mix says K=0 ran."""
+    spec = with_baseline()
+    table = ratio(spec, RATES)
+    assert table.ratio > 1.2
+    ran = ratio(spec, RATES, mix={(4, 0): 1.0})
+    assert ran.ratio == pytest.approx(1 / K0_TAX, rel=2e-3)
+    half = ratio(spec, RATES, mix={(4, 0): 1.0, (4, 3): 1.0})
+    assert ran.ratio < half.ratio < ratio(spec, RATES, mix={(4, 3): 1.0}).ratio
+
+
+def test_cells_neither_side_can_price_are_left_out_of_both() -> None:
+    spec = with_baseline()
+    priced = ratio(spec, RATES, mix={(4, 0): 1.0})
+    beyond = ratio(spec, RATES, mix={(4, 0): 1.0, (4, 99): 5.0})
+    assert beyond is not None and beyond.ratio == pytest.approx(priced.ratio, rel=0.05)

@@ -3,7 +3,8 @@ loses, and speculate again when its canary's evidence says it wins. Pure.
 
 The profile's floor (``floor``) judges before any traffic; this stage judges
 the traffic. Its evidence is R (``runtime.floor.live_ratio``, computed by the
-live stage once per telemetry window): the throughput of the table in force
+live stage once per telemetry window): the throughput of what the pods ran
+(the (batch size, K) mix of their steps: the add-on's K, not the table's)
 over plain decoding's at the batch-size mix the pool served, with a 95%
 interval. It acts only with ``spec.speculation.fallback: vanilla`` on pools
 with a profile (policies ``adaptive`` and ``table``), and only on:

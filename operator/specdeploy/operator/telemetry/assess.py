@@ -21,10 +21,10 @@ window the telemetry loop handed over, if any:
 Beside the view it returns the goodput grid it priced schedules with: the
 pool's one live cost model for this reconcile, which scaling reuses. With no
 window it is the recorded view's (its acceptance and its pooled cost ratio,
-the only correction a view records). With a window it also returns R, the
-table in force against plain decoding at the window's batch-size mix, with
-its interval (``runtime.floor.live_ratio``): the live floor's evidence, one
-value per window.
+the only correction a view records). With a window it also returns R, what
+the pods ran (the window's (batch size, K) mix) against plain decoding at
+that mix, with its interval (``runtime.floor.live_ratio``): the live floor's
+evidence, one value per window.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from specdeploy.operator.telemetry.estimate import (
     estimate_acceptance,
     itl_scale,
     pooled_ratio,
+    served_mix,
 )
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import PoolWindow
@@ -184,8 +185,8 @@ class Assessment:
     goodput: FloatArray | None
     """Goodput per (batch size, K) from live acceptance and live step times (None: no view)."""
     ratio: LiveRatio | None = None
-    """R of the table in force over plain decoding at this window's mix (None: no window,
-    no baseline in the profile, or no clean decode step in the window)."""
+    """R of what the pods ran over plain decoding at this window's (batch size, K) mix
+    (None: no window, no baseline in the profile, or no clean decode step in the window)."""
 
 
 def recorded_grid(spec: ProfileSpec, view: PoolLive) -> FloatArray:
@@ -248,8 +249,7 @@ def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> Assessment:
         per_position=estimate.per_position,
         half_width=estimate.half_width,
         itl_scale=scale,
-        schedule=schedule,
-        weights=served,
+        mix=served_mix(window, rows),
     )
     if previous is not None and not _moved(previous, record, settings.record_tolerance):
         return Assessment(previous, goodput, floor)

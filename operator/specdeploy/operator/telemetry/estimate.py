@@ -169,17 +169,24 @@ def itl_scale(ratios: Sequence[CellRatio], rows: int, settings: TelemetrySetting
     return scale
 
 
-def batch_weights(window: PoolWindow, rows: int) -> dict[int, float]:
-    """Share of clean decode steps per batch size: each bucket's steps spread over its sizes."""
-    per_bucket: dict[int, float] = {}
-    for (label, _), times in window.step_times.items():
+def served_mix(window: PoolWindow, rows: int) -> dict[tuple[int, int], float]:
+    """Share of clean decode steps per (batch size, K): each (bucket, K) cell's steps spread
+    over the bucket's sizes. The K are the ones the pods ran (the add-on's choice)."""
+    mix: dict[tuple[int, int], float] = {}
+    for (label, k), times in window.step_times.items():
         bucket = bucket_index(label)
-        if bucket is not None:
-            per_bucket[bucket] = per_bucket.get(bucket, 0.0) + times.count
-    weights: dict[int, float] = {}
-    for bucket, steps in per_bucket.items():
+        if bucket is None:
+            continue
         lo, hi = bucket_bounds(bucket)
         sizes = [bs for bs in range(lo, hi + 1) if bs < rows] or [rows - 1]
         for bs in sizes:
-            weights[bs] = weights.get(bs, 0.0) + steps / len(sizes)
+            mix[(bs, k)] = mix.get((bs, k), 0.0) + times.count / len(sizes)
+    return mix
+
+
+def batch_weights(window: PoolWindow, rows: int) -> dict[int, float]:
+    """Share of clean decode steps per batch size (``served_mix`` summed over K)."""
+    weights: dict[int, float] = {}
+    for (bs, _), steps in served_mix(window, rows).items():
+        weights[bs] = weights.get(bs, 0.0) + steps
     return weights

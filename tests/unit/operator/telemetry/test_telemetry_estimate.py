@@ -10,9 +10,10 @@ from specdeploy.operator.telemetry.estimate import (
     cell_ratios,
     estimate_acceptance,
     pooled_ratio,
+    served_mix,
 )
 from specdeploy.operator.telemetry.settings import TelemetrySettings
-from specdeploy.operator.telemetry.window import PoolWindow
+from specdeploy.operator.telemetry.window import PoolWindow, StepTimes
 from specdeploy.runtime.schedule import cost_model
 from tests.unit.operator.telemetry.fakes import PROFILE_RATES, body, profile_spec, window
 
@@ -80,6 +81,18 @@ def test_live_step_times_are_compared_with_the_profile_at_the_bucket_middle() ->
 def test_the_batch_distribution_spreads_each_buckets_steps_over_its_sizes() -> None:
     weights = batch_weights(window(bucket="3-4", steps=100), rows=257)
     assert weights == {3: 50.0, 4: 50.0}
+
+
+def test_the_served_mix_keeps_the_k_each_step_ran() -> None:
+    """R prices what ran: the K of each (bucket, K) cell stays beside its batch sizes."""
+    w = window(bucket="3-4", steps=100)
+    both = PoolWindow(
+        window_seconds=60.0,
+        step_times={**w.step_times, ("2", 0): StepTimes(3.0, 30.0), ("junk", 2): StepTimes(1, 1)},
+    )
+    assert served_mix(both, rows=257) == {(3, 5): 50.0, (4, 5): 50.0, (2, 0): 30.0}
+    assert batch_weights(both, rows=257) == {3: 50.0, 4: 50.0, 2: 30.0}
+    assert served_mix(PoolWindow(window_seconds=60.0), rows=257) == {}
 
 
 def test_cost_drift_needs_consecutive_drifting_intervals_and_a_blip_resets_it() -> None:
