@@ -21,7 +21,7 @@ BIN := $(VENV)/bin
 CONSTRAINTS := constraints/dev.txt
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile $(CONSTRAINTS) | sha1sum | cut -c1-12)
 
-.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale bench-capacity bench-fleet \
+.PHONY: install lock lint typecheck layers unit vllm-venv cluster-bins cluster test demo bench bench-autoscale bench-capacity bench-fleet bench-floor \
 	crds cluster-up cluster-down clean fuzz chaos nightly
 
 $(STAMP): pyproject.toml Makefile $(CONSTRAINTS)
@@ -97,6 +97,12 @@ bench: $(STAMP)
 # Not part of `make bench`: its wall-clock rates want a machine that is not saturated.
 bench-capacity: $(STAMP)
 	nice $(BIN)/python bench/autoscale_capacity.py --out bench/results
+
+# The live floor's scenarios (issue 31, modelled): a simulated pool under the operator's own
+# decision, profiles measured through the fitted noise, 20 draws per scenario, into
+# bench/results/live_floor.{json,md}; about 30 min on 2 cores (JOBS=2 processes).
+bench-floor: $(STAMP)
+	$(BIN)/python bench/floor_scenarios.py --out bench/results --jobs $(or $(JOBS),2)
 
 # Autoscaling under a load ramp on a local cluster of its own (modes operator and hpa):
 # bench/results/autoscale_ramp.json and a PNG per mode (load, replicas, K over time).
