@@ -43,9 +43,11 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from bench.search_noise import ar1_factors
 from specdeploy.operator.api import SpeculativeDeploymentSpec
@@ -100,6 +102,22 @@ class Traces:
     noise: FloatArray
     """Live step-time factors of the speculating trace (what its telemetry reports)."""
 
+    @cached_property
+    def clean(self) -> npt.NDArray[np.bool_]:
+        """The speculating trace's steps the add-on times: pure decode, K unchanged."""
+        trace = self.speculating
+        previous_k = np.concatenate(([-1], trace.k[:-1]))
+        clean: npt.NDArray[np.bool_] = (
+            (trace.prefill_tokens == 0) & (trace.decode_seqs > 0) & (trace.k == previous_k)
+        )
+        return clean
+
+    @cached_property
+    def live_seconds(self) -> FloatArray:
+        """The speculating trace's step times as its telemetry reports them (with noise)."""
+        live: FloatArray = self.speculating.seconds * self.noise
+        return live
+
     def tokens(self, speculating: bool, lo: float, hi: float) -> float:
         trace = self.speculating if speculating else self.plain
         sel = (trace.end_time > lo) & (trace.end_time <= hi)
@@ -146,11 +164,10 @@ def telemetry_window(
     if pods <= 0 or not sel.any():
         return None
     counts = trace.counts[sel].sum(axis=0).astype(np.float64) * pods
-    previous_k = np.concatenate(([-1], trace.k[:-1]))
-    clean = sel & (trace.prefill_tokens == 0) & (trace.decode_seqs > 0) & (trace.k == previous_k)
+    clean = sel & traces.clean
     step_times: dict[Cell, StepTimes] = {}
     steps_by_k: dict[int, float] = {}
-    live = trace.seconds * traces.noise
+    live = traces.live_seconds
     for bs, k in set(zip(trace.batch_size[clean].tolist(), trace.k[clean].tolist(), strict=True)):
         at = clean & (trace.batch_size == bs) & (trace.k == k)
         key = (bucket_label(int(bs)), int(k))

@@ -61,6 +61,7 @@ from bench.floor_pool import (
     run_pool,
     run_traces,
 )
+from bench.profiler_search import RAW_FILE, noise_model
 from bench.search_noise import NoiseModel, NoisyBackend, fit_raw
 from specdeploy.operator.config import Config, FloorSettings
 from specdeploy.runtime.policy.static import FixedPolicy
@@ -73,7 +74,6 @@ from specdeploy.runtime.sim.profiling import profile_preset
 from specdeploy.runtime.sim.workload import ClosedLoop
 
 ROOT = Path(__file__).resolve().parents[1]
-RAW_FILE = ROOT / "profiles/smollm2-135m-ngram-cpu.raw.json"
 COLLAPSED_RATE = 0.02
 PLAIN_TARGET = 0.99
 STATIC_TARGET = 0.97
@@ -146,15 +146,9 @@ class Setup:
 
 @cache
 def _noise() -> NoiseModel:
+    """The fitted model in full (``profiler_search.noise_model``) at the fitted CV and lag-1."""
     fitted = fit_raw(json.loads(RAW_FILE.read_text()))
-    return NoiseModel(
-        cv=fitted.timing_cv,
-        rho=fitted.timing_rho,
-        offset_sd=fitted.offset_sd,
-        shared_offset_sd=fitted.shared_offset_sd,
-        acceptance_icc=fitted.acceptance_icc,
-        shared_acceptance_icc=fitted.shared_acceptance_icc,
-    )
+    return noise_model(fitted, fitted.timing_cv, "full", fitted.timing_rho)
 
 
 def measured_profile(preset_name: str, seed: int) -> SpeculationProfile:

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdeploy.runtime.cost import StepCostModel
 from specdeploy.runtime.goodput import FloatArray
 from specdeploy.runtime.live import live_goodput_grid
 from specdeploy.runtime.profile import ProfileSpec
-from specdeploy.runtime.ranges import k_at
-from specdeploy.runtime.schedule import cost_model, grid_rows, vanilla_gain
+from specdeploy.runtime.schedule import cost_model, vanilla_gain
 
 
 @dataclass(frozen=True)
@@ -111,18 +111,9 @@ def _cost_half_width(spec: ProfileSpec, mix: Mapping[tuple[int, int], float]) ->
     return spread / total
 
 
-def schedule_mix(
-    schedule: Sequence[Sequence[int]], weights: Mapping[int, float]
-) -> dict[tuple[int, int], float]:
-    """The (batch size, K) mix of pods that run ``schedule`` exactly, at the batch-size mix
-    ``weights``: what R prices for a table rather than for what ran."""
-    return {(int(bs), k_at(schedule, max(int(bs), 1))): w for bs, w in weights.items()}
-
-
-def _plain_throughput(spec: ProfileSpec, itl_scale: FloatArray | None, row: int) -> float:
+def _plain_throughput(model: StepCostModel, itl_scale: FloatArray | None, row: int) -> float:
     """Plain decoding's tokens/s at batch size ``row``: its profiled step time, live-corrected
     (0: the profile cannot price it)."""
-    model = cost_model(spec)
     itl = model.vanilla_itl_ms(row, model.reference_context)
     if itl is None:
         return 0.0
@@ -131,21 +122,22 @@ def _plain_throughput(spec: ProfileSpec, itl_scale: FloatArray | None, row: int)
 
 
 def _priced(
-    spec: ProfileSpec, itl_scale: FloatArray | None, mix: Mapping[tuple[int, int], float]
+    spec: ProfileSpec,
+    goodput: FloatArray,
+    itl_scale: FloatArray | None,
+    mix: Mapping[tuple[int, int], float],
 ) -> tuple[dict[tuple[int, int], float], float]:
-    """The cells of ``mix`` both sides can price (row clipped to the grid), and plain
-    decoding's throughput over them."""
-    rows = grid_rows(spec)
+    """The cells of ``mix`` both sides can price (row clipped to ``goodput``'s grid), and
+    plain decoding's throughput over them."""
+    model = cost_model(spec)
+    rows, cols = goodput.shape
     cells: dict[tuple[int, int], float] = {}
     plain = 0.0
-    goodput = live_goodput_grid(spec, [0.0] * spec.fingerprint.max_k, itl_scale)
     for (bs, k), weight in mix.items():
         row = min(max(int(bs), 1), rows - 1)
         col = int(k)
-        base = _plain_throughput(spec, itl_scale, row)
-        if weight <= 0 or base <= 0 or not 0 <= col < goodput.shape[1]:
-            continue
-        if not np.isfinite(goodput[row, col]):
+        base = _plain_throughput(model, itl_scale, row)
+        if weight <= 0 or base <= 0 or not 0 <= col < cols or not np.isfinite(goodput[row, col]):
             continue
         cells[(row, col)] = cells.get((row, col), 0.0) + weight
         plain += weight * base
@@ -174,7 +166,8 @@ def live_ratio(
     """
     if not spec.baseline or not mix:
         return None
-    cells, plain = _priced(spec, itl_scale, mix)
+    at_estimate = live_goodput_grid(spec, per_position, itl_scale)
+    cells, plain = _priced(spec, at_estimate, itl_scale, mix)
     if plain <= 0:
         return None
     n = len(per_position)
@@ -182,12 +175,14 @@ def live_ratio(
     lower = [min(max(a - w, 0.0), 1.0) for a, w in zip(per_position, widths, strict=False)]
     upper = [min(max(a + w, 0.0), 1.0) for a, w in zip(per_position, widths, strict=False)]
 
-    def ratio_at(acceptance: Sequence[float]) -> float:
-        grid = live_goodput_grid(spec, acceptance, itl_scale)
+    def ratio_of(grid: FloatArray) -> float:
         total = sum(w * row * float(grid[row, k]) for (row, k), w in cells.items())
         return total / plain
 
-    mid = ratio_at(per_position)
+    def ratio_at(acceptance: Sequence[float]) -> float:
+        return ratio_of(live_goodput_grid(spec, acceptance, itl_scale))
+
+    mid = ratio_of(at_estimate)
     cost = _cost_half_width(spec, cells)
     low = ratio_at(lower) * (1.0 - cost)
     high = ratio_at(upper) * (1.0 + cost)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 
-from specdeploy.runtime.floor import live_ratio, schedule_mix
+from specdeploy.runtime.floor import live_ratio
 from specdeploy.runtime.profile import ProfileSpec, parse_profile
+from specdeploy.runtime.ranges import k_at
 from specdeploy.runtime.schedule import cost_model, derive_schedule, grid_rows, vanilla_gain
 from tests.paths import ROOT
 
@@ -36,6 +38,14 @@ def with_baseline(tax: float = K0_TAX, half_width: float | None = None) -> Profi
         if c["k"] == 0
     ]
     return parse_profile(doc).spec
+
+
+def schedule_mix(
+    schedule: Sequence[Sequence[int]], weights: dict[int, float]
+) -> dict[tuple[int, int], float]:
+    """The (batch size, K) mix of pods that run ``schedule`` exactly at batch-size mix
+    ``weights``."""
+    return {(bs, k_at(schedule, max(bs, 1))): w for bs, w in weights.items()}
 
 
 def ratio(spec: ProfileSpec, rates: tuple[float, ...], **kwargs: Any) -> Any:
