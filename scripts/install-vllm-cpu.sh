@@ -127,11 +127,14 @@ if [[ ! -f $extras_stamp ]]; then
 fi
 
 # This clone of specdeploy, linked (editable, no dependencies: the venv's own
-# numpy/pydantic serve it). Re-linked when another clone installed it last.
+# numpy/pydantic serve it). Re-linked when another clone installed it last, or
+# when pyproject.toml changed (its entry points, e.g. the vLLM plugin, live in
+# the link's metadata).
 linked=$VENV/.specdeploy-repo
-if [[ ! -f $linked || $(cat "$linked") != "$REPO" ]]; then
+link_id="$REPO $(sha256sum "$REPO/pyproject.toml" | cut -c1-12)"
+if [[ ! -f $linked || $(cat "$linked") != "$link_id" ]]; then
     pip_ install --quiet --no-deps -e "$REPO"
-    echo "$REPO" >"$linked"
+    echo "$link_id" >"$linked"
     log "linked $REPO"
 fi
 

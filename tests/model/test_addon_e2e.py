@@ -7,7 +7,9 @@ arrive at concurrency 1, then 8, then 1 again after the table file changed
 under the running engine; the test scrapes the metrics endpoint over HTTP and
 checks, step by step (the step-time histogram is labelled by batch-size
 bucket and K in one observation), that K followed the batch size through the
-table, and that the new table took over without a restart. The same engine
+table, and that the new table (K=0 everywhere) took over without a restart,
+with vLLM's plugin loader putting ``plain_step`` in the engine core and the
+worker (K=0 at plain-decoding cost). The same engine
 shows that the real vLLM server and the add-on export every metric family
 the operator's telemetry queries (the cluster's serving pods are emulated in
 ``make test``; ``test_real_vllm_pool`` puts this engine in a pod nightly).
@@ -44,7 +46,7 @@ SPECULATIVE = {
     "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 16, 1]],
 }
 FIRST_TABLE = {"policy": "table", "maxK": 3, "schedule": [[1, 2, 3], [3, 16, 1]]}
-SECOND_TABLE = {"policy": "table", "maxK": 3, "schedule": [[1, 16, 1]]}
+SECOND_TABLE = {"policy": "table", "maxK": 3, "schedule": [[1, 16, 0]]}
 PROMPT = (
     "Rewrite this sentence three times, word for word: the quick brown fox jumps over "
     "the lazy dog near the river bank. "
@@ -97,6 +99,7 @@ def server(
         "SPECDEPLOY_METRICS_ADDR": "127.0.0.1",
         "SPECDEPLOY_POOL": "cpu",
         "SPECDEPLOY_RELOAD_SECONDS": "0.5",
+        "SPECDEPLOY_ALLOWED_K": "all",  # 0..maxK, as the operator's pods run
     }
     model = checkpoint(vllm_python, vllm_env)
     cmd = [
@@ -227,9 +230,16 @@ def test_k_follows_the_batch_size_and_a_new_table_takes_over_live(
         assert time.monotonic() < deadline, "the new table was not picked up"
         time.sleep(0.5)
     before_third = scrape(server)
-    load(port, 1, 2)
+    assert all(a.strip() for a in load(port, 1, 2))
     third = minus(by_bucket_and_k(scrape(server)), by_bucket_and_k(before_third))
-    assert third and all(k == 1 for _, k in third), third
+    assert third and all(k == 0 for _, k in third), third
+    # K=0 at plain-decoding cost (vllm_addon/plain_step.py): vLLM loaded the plugin in the
+    # engine core and in the worker, each its own process.
+    patched = re.findall(
+        r"K=0 steps skip a stateless drafter and its draft fetch \(pid (\d+)\)",
+        server["log"].read_text(),
+    )
+    assert len(set(patched)) >= 2, patched
 
 
 def queried_families() -> set[str]:

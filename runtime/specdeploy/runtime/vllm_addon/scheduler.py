@@ -39,6 +39,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from specdeploy.runtime.vllm_addon.assembly import Addon, ensure_logging, start_addon
 from specdeploy.runtime.vllm_addon.controller import KController
+from specdeploy.runtime.vllm_addon.plain_step import stateless_drafter
 from specdeploy.runtime.vllm_addon.self_time import SelfTimer, timing_requested
 from specdeploy.runtime.vllm_addon.settings import AddonSettings
 from specdeploy.runtime.vllm_addon.steps import NO_DECODE, StepReading, is_pure_decode, read_step
@@ -108,6 +109,7 @@ class _AddonMixin:
         self._sd_scheduled: dict[int, _Scheduled] = {}
         self._sd_last_update = 0
         self._sd_last_k = 0
+        self._sd_step_k: int | None = None
         self._sd_timer: SelfTimer | None = None
         built = self.__dict__.get("dynamic_sd_lookup")
         if built is None:
@@ -139,6 +141,7 @@ class _AddonMixin:
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         started = time.perf_counter_ns()
         output = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        self._sd_step_k = getattr(output, "num_spec_tokens_to_schedule", None)
         addon = self.specdeploy
         if addon is not None and addon.controller.tripped is None:
             try:
@@ -158,6 +161,16 @@ class _AddonMixin:
             self._sd_last_k = int(output.num_spec_tokens_to_schedule)
         if timer is not None:
             timer.pending_ns += time.perf_counter_ns() - began
+
+    def specdeploy_drafts_expected(self) -> bool:
+        """Whether the step just scheduled leaves drafts for the engine core to fetch.
+
+        Not after a step at K=0 with a stateless drafter, which proposes
+        nothing (``plain_step``: the engine core then skips the fetch). Read
+        from vLLM's own output, so it holds with the add-on off or tripped.
+        """
+        k = self._sd_step_k
+        return k is None or k > 0 or not stateless_drafter(self.vllm_config.speculative_config)
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         addon = self.specdeploy

@@ -1,0 +1,111 @@
+"""The K=0 step's skips (``vllm_addon.plain_step``) on stand-ins for vLLM's two classes.
+
+vLLM itself is exercised by ``tests/model/test_addon_e2e.py`` (the plugin
+loads in the server's worker and engine core) and measured by
+``bench/k0_step_cost.py``; here: which steps skip and which do not.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from specdeploy.runtime.vllm_addon import assembly, plain_step
+
+
+class Runner:
+    """Stands in for ``GPUModelRunner``: counts the drafter's runs."""
+
+    def __init__(self, method: str | None) -> None:
+        self.speculative_config = SimpleNamespace(method=method)
+        self.drafted = 0
+
+    def propose_draft_token_ids(
+        self, scheduler_output: Any, sampled_token_ids: list[list[int]], *rest: Any
+    ) -> list[list[int]]:
+        self.drafted += 1
+        k = scheduler_output.num_spec_tokens_to_schedule
+        return [[7] * k for _ in sampled_token_ids]
+
+
+class Core:
+    """Stands in for ``EngineCore``: counts the draft fetches."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.fetched = 0
+
+    def post_step(self, model_executed: bool) -> None:
+        if model_executed:
+            self.fetched += 1
+
+
+def step(k: int) -> SimpleNamespace:
+    return SimpleNamespace(num_spec_tokens_to_schedule=k)
+
+
+def patched_runner_class() -> type[Runner]:
+    cls = type("PatchedRunner", (Runner,), {})
+    assert plain_step.patch(cls, "propose_draft_token_ids", plain_step.skipping_propose)
+    return cls
+
+
+def test_a_k0_step_skips_the_ngram_drafter_and_proposes_nothing() -> None:
+    runner = patched_runner_class()("ngram")
+    assert runner.propose_draft_token_ids(step(0), [[1], [2], [3]]) == [[], [], []]
+    assert runner.drafted == 0
+    assert runner.propose_draft_token_ids(step(2), [[1], [2]]) == [[7, 7], [7, 7]]
+    assert runner.drafted == 1
+
+
+def test_drafters_with_state_run_at_k0() -> None:
+    """EAGLE's K=0 pass keeps its KV in sync (vLLM #53426); suffix updates its tree."""
+    cls = patched_runner_class()
+    for method in ("eagle", "eagle3", "mtp", "draft_model", "suffix", "ngram_gpu"):
+        runner = cls(method)
+        assert runner.propose_draft_token_ids(step(0), [[1]]) == [[]]
+        assert runner.drafted == 1, method
+
+
+def test_patching_twice_wraps_once() -> None:
+    cls = patched_runner_class()
+    assert not plain_step.patch(cls, "propose_draft_token_ids", plain_step.skipping_propose)
+    runner = cls("eagle")
+    runner.propose_draft_token_ids(step(0), [[1]])
+    assert runner.drafted == 1
+
+
+def test_the_engine_core_skips_the_fetch_only_when_its_scheduler_says_so() -> None:
+    cls = type("PatchedCore", (Core,), {})
+    plain_step.patch(cls, "post_step", plain_step.skipping_draft_fetch)
+    expected = [True]
+    addon = cls(SimpleNamespace(specdeploy_drafts_expected=lambda: expected[0]))
+    addon.post_step(True)
+    expected[0] = False
+    addon.post_step(True)
+    assert addon.fetched == 1
+    vllms_own = cls(SimpleNamespace())
+    vllms_own.post_step(True)
+    assert vllms_own.fetched == 1
+
+
+def test_only_pods_that_run_the_addon_and_keep_the_switch_on() -> None:
+    table = {"SPECDEPLOY_TABLE_FILE": "/etc/specdeploy/table.json"}
+    assert plain_step.enabled(table)
+    assert not plain_step.enabled({})
+    assert not plain_step.enabled({"SPECDEPLOY_TABLE_FILE": " "})
+    for off in ("off", "0", "false", "No"):
+        assert not plain_step.enabled({**table, plain_step.SWITCH_ENV: off})
+    assert plain_step.enabled({**table, plain_step.SWITCH_ENV: "on"})
+
+
+def test_register_acts_only_in_addon_pods(monkeypatch: Any, caplog: Any) -> None:
+    """vLLM is not installed in the project's venv: an add-on pod would say so, others stay silent."""
+    caplog.set_level("INFO", logger="specdeploy.addon")
+    monkeypatch.setattr(assembly, "ensure_logging", lambda: None)  # keeps caplog's handler
+    monkeypatch.delenv("SPECDEPLOY_TABLE_FILE", raising=False)
+    plain_step.register()
+    assert not caplog.records
+    monkeypatch.setenv("SPECDEPLOY_TABLE_FILE", "/etc/specdeploy/table.json")
+    plain_step.register()
+    assert "keep vLLM's speculative work" in caplog.text
