@@ -64,6 +64,7 @@ from specdeploy.runtime.profiler.exit_codes import (
     model_not_found,
     out_of_memory,
 )
+from specdeploy.runtime.vllm_addon.plain_step import SWITCH_ENV as PLAIN_K0_ENV
 from specdeploy.runtime.vllm_addon.steps import count_drafts
 
 if TYPE_CHECKING:
@@ -632,6 +633,9 @@ def prepare_environment() -> None:
     """Process-wide settings that must precede vLLM's import (module docstring)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+    # K=0 cells cost what a pod's K=0 step costs: the pod's add-on skips a stateless
+    # drafter there (vllm_addon/plain_step.py), so the profiling engine does too.
+    os.environ.setdefault(PLAIN_K0_ENV, "on")
     if not Path(NVIDIA_DEVICE).exists():
         for key, value in serving_cpu_threads(
             sorted(os.sched_getaffinity(0)), os.environ.get("LD_PRELOAD", "")

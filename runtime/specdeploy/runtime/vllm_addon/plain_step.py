@@ -33,9 +33,11 @@ How it gets in: vLLM loads the ``vllm.general_plugins`` entry points
 (pyproject.toml) in every process it starts (API server, engine core,
 workers); ``register`` patches two methods there. It acts only in pods that
 run the add-on (``SPECDEPLOY_TABLE_FILE`` set, as the operator's Deployment
-and the benchmarks' add-on servers do) and can be turned off with
-``SPECDEPLOY_PLAIN_K0=off``. Importing this module does not import vLLM;
-``register`` does.
+and the benchmarks' add-on servers do) and in the profiler, which sets
+``SPECDEPLOY_PLAIN_K0=on`` so that a profile's K=0 cells cost what a pod's
+K=0 step costs; ``SPECDEPLOY_PLAIN_K0=off`` turns it off. vLLM's
+``VLLM_PLUGINS``, when set, must name ``specdeploy_plain_k0``. Importing this
+module does not import vLLM; ``register`` does.
 """
 
 from __future__ import annotations
@@ -50,7 +52,11 @@ from specdeploy.runtime.contract import PodEnv
 log = logging.getLogger("specdeploy.addon")
 
 SWITCH_ENV = "SPECDEPLOY_PLAIN_K0"
-"""``off`` (or ``0``, ``false``) keeps vLLM's K=0 step as it is."""
+"""``off`` keeps vLLM's K=0 step as it is; ``on`` patches without the add-on (the
+profiler, whose K=0 cells must cost what a pod's K=0 step costs); unset: on where
+the add-on runs."""
+_OFF = ("off", "0", "false", "no")
+_ON = ("on", "1", "true", "yes")
 
 STATELESS_METHODS = frozenset({"ngram"})
 """Speculative methods whose drafter keeps no state between steps (CPU n-gram)."""
@@ -61,9 +67,10 @@ _PATCHED = "_specdeploy_plain_k0"
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process belongs to an engine that runs the add-on, and the switch is on."""
     env = os.environ if environ is None else environ
-    if env.get(SWITCH_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+    switch = env.get(SWITCH_ENV, "").strip().lower()
+    if switch in _OFF:
         return False
-    return bool(env.get(PodEnv.TABLE_FILE.value, "").strip())
+    return switch in _ON or bool(env.get(PodEnv.TABLE_FILE.value, "").strip())
 
 
 def stateless_drafter(speculative_config: Any) -> bool:

@@ -89,7 +89,7 @@ def test_the_engine_core_skips_the_fetch_only_when_its_scheduler_says_so() -> No
     assert vllms_own.fetched == 1
 
 
-def test_only_pods_that_run_the_addon_and_keep_the_switch_on() -> None:
+def test_pods_that_run_the_addon_and_the_profiler_unless_switched_off() -> None:
     table = {"SPECDEPLOY_TABLE_FILE": "/etc/specdeploy/table.json"}
     assert plain_step.enabled(table)
     assert not plain_step.enabled({})
@@ -97,10 +97,11 @@ def test_only_pods_that_run_the_addon_and_keep_the_switch_on() -> None:
     for off in ("off", "0", "false", "No"):
         assert not plain_step.enabled({**table, plain_step.SWITCH_ENV: off})
     assert plain_step.enabled({**table, plain_step.SWITCH_ENV: "on"})
+    assert plain_step.enabled({plain_step.SWITCH_ENV: "on"}), "the profiler has no table file"
 
 
 def test_register_acts_only_in_addon_pods(monkeypatch: Any, caplog: Any) -> None:
-    """vLLM is not installed in the project's venv: an add-on pod would say so, others stay silent."""
+    """No vLLM in the project's venv: an add-on pod would say so, others stay silent."""
     caplog.set_level("INFO", logger="specdeploy.addon")
     monkeypatch.setattr(assembly, "ensure_logging", lambda: None)  # keeps caplog's handler
     monkeypatch.delenv("SPECDEPLOY_TABLE_FILE", raising=False)

