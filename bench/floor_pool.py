@@ -141,6 +141,7 @@ def run_traces(
         workload,
         acceptance=acceptance,
         piecewise=True,
+        plain_k0=True,  # the add-on's plugin (step_time's module docstring)
         duration_s=horizon_s,
         seed=seed,
         trace=True,

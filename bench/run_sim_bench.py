@@ -27,6 +27,12 @@ and random stream per seed), and checks the targets:
   reads) below 1 where the profile had it above;
 * pessimistic-profile: adaptive >= 0.98 x oracle by 5,000 steps at every BS;
 * slower-machine: adaptive >= 0.995 x table at every BS;
+* wrong-machine (the n-gram and the EAGLE preset served on a machine that
+  verifies drafts 5x as dear as the profiled one, no warm-up, steps
+  1,000-2,000): adaptive >= 0.99 x the best fixed K (K=0 included: what a
+  pod can run) at every BS, and >= 0.99 x max(plain decoding, best fixed K)
+  at BS 1, 4 and 16 (#31's concurrencies); where plain decoding is best, the
+  pod's ratio to it is reported (closing that gap is the operator's fallback);
 * mixed: batch-uniform K against per-request K (a report, no target);
 * calibration of seed-dense (a report): modelled against the seed's and
   vLLM's figures, with the residuals no setting removes;
@@ -62,6 +68,7 @@ from specdeploy.runtime.sim.seeds import Spread
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = "vanilla,fixed:3,table,adaptive,oracle"
+WRONG_MACHINE_POLICIES = "vanilla,fixed:0,fixed:1,fixed:3,table,adaptive,oracle"
 BATCH_SIZES = "1,2,4,8,16,32,64,128,256"
 HOT_PATH_LIMIT_NS = 2000.0
 MOE_OVERLAPS = (0.0, 0.38)
@@ -343,6 +350,61 @@ def check_pessimistic(doc: Doc) -> list[Check]:
     ]
 
 
+def paired_best(
+    doc: Doc, policy: str, refs: Sequence[str], metric: str, *, bs: float
+) -> tuple[Spread, list[str]]:
+    """Per-seed ratio of ``policy`` to the best of ``refs`` on that seed, and which won."""
+    rows = _rows(doc, bs)
+    mine = _per_seed(rows[policy], metric)
+    per_ref = [_per_seed(rows[r], metric) for r in refs]
+    best = [max(values) for values in zip(*per_ref, strict=True)]
+    winners = [refs[max(range(len(refs)), key=lambda j: v[j])] for v in zip(*per_ref, strict=True)]
+    return Spread.of([m / b for m, b in zip(mine, best, strict=True)]), winners
+
+
+WRONG_MACHINE_SMALL_BATCHES = (1.0, 4.0, 16.0)
+"""#31's concurrencies for the measured other-CPU-class target."""
+
+
+def check_wrong_machine(doc: Doc, label: str) -> list[Check]:
+    metric = "tokens_per_s_window"
+    policies = [r["policy"] for r in doc["results"]]
+    fixed = sorted({p for p in policies if p.startswith("fixed:") or p == "oracle"})
+    pod, plain, table, lost = [], [], [], []
+    for b in _sizes(doc):
+        pod.append((paired_best(doc, "adaptive", fixed, metric, bs=b)[0], b))
+        table.append((paired_best(doc, "table", fixed, metric, bs=b)[0], b))
+        ratio, winners = paired_best(doc, "adaptive", [*fixed, "vanilla"], metric, bs=b)
+        plain.append((ratio, b))
+        if "vanilla" in winners:
+            lost.append(f"BS {b:g}: {_r(ratio)}")
+    worst_pod = min(pod, key=lambda x: x[0].mean)
+    worst_table = min(table, key=lambda x: x[0].mean)
+    small = [x for x in plain if x[1] in WRONG_MACHINE_SMALL_BATCHES]
+    worst_small = min(small, key=lambda x: x[0].mean)
+    name = f"wrong-machine ({label}, verified-token slope {doc['scenario']['verify_slope']:g}x)"
+    return [
+        Check.of(
+            f"{name}: adaptive >= 0.99 x the best fixed K (K=0 included) over steps "
+            "1,000-2,000 at every BS",
+            worst_pod[0].mean >= 0.99,
+            f"worst {_r(worst_pod[0])} at BS {worst_pod[1]:g}; the profile's table: worst "
+            f"{_r(worst_table[0])} at BS {worst_table[1]:g}",
+        ),
+        Check.of(
+            f"{name}: adaptive >= 0.99 x max(plain decoding, best fixed K) at BS 1, 4, 16",
+            worst_small[0].mean >= 0.99,
+            f"worst {_r(worst_small[0])} at BS {worst_small[1]:g}",
+        ),
+        Check(
+            f"{name}: adaptive / plain decoding where plain decoding is best (a pod's floor "
+            "is K=0; a restart without speculation is the operator's)",
+            "REPORT",
+            "; ".join(lost) or "plain decoding is best at no BS",
+        ),
+    ]
+
+
 def check_slower(doc: Doc) -> list[Check]:
     ratios = [(paired(doc, "adaptive", "table", bs=b), b) for b in _sizes(doc)]
     worst = min(ratios, key=lambda x: x[0].mean)
@@ -472,6 +534,11 @@ def _overview(docs: dict[str, Doc]) -> list[str]:
         "collapse": ("tokens/s after", "tokens_per_s_after", None),
         "pessimistic-profile": ("tokens/s at BS 32 (last 1000 steps)", "tokens_per_s_window", 32.0),
         "slower-machine": ("tokens/s at BS 32", "tokens_per_s", 32.0),
+        "wrong-machine-ngram": (
+            "n-gram tokens/s at BS 64 (steps 1000-2000)",
+            "tokens_per_s_window",
+            64.0,
+        ),
         "mixed": ("tokens/s at BS 128", "tokens_per_s", 128.0),
     }
     names = [n for n in heads if n in docs]
@@ -524,9 +591,10 @@ def write_summary(out: Path, docs: dict[str, Doc], checks: list[Check], secs: fl
         lines += ["", f"## {name}: tokens/s by batch size and policy", "", d["description"], ""]
         lines += _by_batch_table(d)
         lines += ["", f"Table schedule (from the modelled profile): `{d['schedule']}`"]
-    for name in ("pessimistic-profile", "slower-machine", "mixed"):
+    windowed = ("pessimistic-profile", "wrong-machine-ngram", "wrong-machine-eagle")
+    for name in (*windowed[:1], "slower-machine", *windowed[1:], "mixed"):
         d = docs[name]
-        metric = "tokens_per_s_window" if name == "pessimistic-profile" else "tokens_per_s"
+        metric = "tokens_per_s_window" if name in windowed else "tokens_per_s"
         lines += ["", f"## {name} ({d['preset']}): {metric} by batch size", ""]
         lines += [f"`{json.dumps(d['scenario'])}`", ""]
         lines += _by_batch_table(d, metric, note="")
@@ -600,6 +668,25 @@ def main(argv: list[str] | None = None) -> int:
             "slower-machine",
             policies=POLICIES,
         ),
+        "wrong-machine-ngram": lambda: _simulate(
+            out,
+            "wrong-machine-ngram",
+            steps,
+            "--preset",
+            "llama8b-ngram-a100",
+            "--scenario",
+            "wrong-machine",
+            policies=WRONG_MACHINE_POLICIES,
+        ),
+        "wrong-machine-eagle": lambda: _simulate(
+            out,
+            "wrong-machine-eagle",
+            steps,
+            *dense,
+            "--scenario",
+            "wrong-machine",
+            policies=WRONG_MACHINE_POLICIES,
+        ),
         "mixed": lambda: _simulate(
             out,
             "mixed",
@@ -623,6 +710,8 @@ def main(argv: list[str] | None = None) -> int:
         + check_collapse(docs["collapse"])
         + check_pessimistic(docs["pessimistic-profile"])
         + check_slower(docs["slower-machine"])
+        + check_wrong_machine(docs["wrong-machine-ngram"], "n-gram, llama8b-ngram-a100")
+        + check_wrong_machine(docs["wrong-machine-eagle"], "EAGLE, seed-dense")
         + report_mixed(docs["mixed"])
         + report_calibration()
     )

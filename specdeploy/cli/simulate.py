@@ -6,7 +6,7 @@ Contract relied on by scripts (see README):
         --policies vanilla,fixed:3,table,adaptive,oracle --json OUT.json [--plot OUT.png]
     specdeploy simulate --preset NAME --scenario S --policies ... --json OUT.json
         S: drift | oscillate | rollout | phased | collapse | pessimistic-profile |
-           slower-machine | mixed
+           slower-machine | wrong-machine | mixed
     specdeploy simulate --list-presets
 
 JSON: ``{"preset": NAME, "source": "modelled", "seeds": [...], "scenario":
@@ -37,6 +37,7 @@ SCENARIO_BATCH_SIZES = {
     "collapse": "32",
     "pessimistic-profile": "8,32,64,128,256",
     "slower-machine": "1,8,32,64,128,256",
+    "wrong-machine": "1,4,16,64,256",
     "mixed": "8,32,64,128,256",
 }
 """Default ``--batch-sizes`` per scenario (the others set their own load)."""
@@ -49,6 +50,7 @@ SCENARIOS = (
     "collapse",
     "pessimistic-profile",
     "slower-machine",
+    "wrong-machine",
     "mixed",
 )
 
@@ -172,6 +174,7 @@ def _machines(preset: Any, scenario: str) -> tuple[Any, Any]:
         drift_preset,
         half_compute,
         mixed_preset,
+        steeper_verification,
         uniformly_slower,
     )
 
@@ -181,6 +184,8 @@ def _machines(preset: Any, scenario: str) -> tuple[Any, Any]:
         return preset, half_compute(preset)
     if scenario == "slower-machine":
         return uniformly_slower(preset), preset
+    if scenario == "wrong-machine":
+        return steeper_verification(preset), preset
     if scenario == "mixed":
         mixed = mixed_preset(preset)
         return mixed, mixed
@@ -225,6 +230,8 @@ def _run_scenario(
         return sc.compare_pessimistic_profile(cmp, sizes, policies, progress=progress)
     if scenario == "slower-machine":
         return sc.compare_slower_machine(cmp, sizes, policies, progress=progress)
+    if scenario == "wrong-machine":
+        return sc.compare_wrong_machine(cmp, sizes, policies, progress=progress)
     if scenario == "mixed":
         return sc.compare_mixed(cmp, sizes, policies, progress=progress)
     raise ValueError(f"--scenario: unknown {scenario!r}")

@@ -6,8 +6,9 @@ What it predicts, per batch size and K (DESIGN.md, "The math"):
   propose counts as rejected (so AL is the realized tokens per step);
 * ITL(bs, K) from the step-cost model (``cost.py``): the tokens verified
   (1 + the live expected proposal length, not K) and the live context,
-  priced by the profile's model with live scales per batch-size bucket and
-  a live context term (``estimators.CostEstimator``).
+  priced by the profile's model with live scales per batch-size bucket, a
+  live cost per verified draft token and a live context term
+  (``estimators.CostEstimator``).
 
 What it maximises (``AdaptiveConfig.objective``): ``latency`` (default), the
 per-step AL / ITL (per-request TPOT, a draining batch, open-loop serving), or
@@ -63,6 +64,8 @@ from specdeploy.runtime.schedule import cost_model, itl_grid, k_values, proposal
 
 _UNAVAILABLE = -1e300
 """Score (and bar) of a K not available at a batch size."""
+EXPLORE_RETRIES = 8
+"""Consecutive steps an exploration may repeat while its steps carry a prefill (untimed)."""
 
 
 def cost_from_grid(itl_ms: npt.NDArray[np.float64]) -> StepCostModel:
@@ -192,6 +195,8 @@ class AdaptivePolicy:
         self._dwell_until = 0
         self._pending_steps = 0
         self._explore_k = -1
+        self._exploring = -1
+        self._explore_retries = 0
         self.switches = 0
         self.exploration_steps = 0
 
@@ -247,6 +252,7 @@ class AdaptivePolicy:
         explore = self._explore_k
         if explore >= 0:
             self._explore_k = -1
+            self._exploring = explore
             self.exploration_steps += 1
             return explore
         cur = self._k
@@ -289,6 +295,22 @@ class AdaptivePolicy:
         self._pending_steps += 1
         if self._pending_steps >= self._recompute_interval:
             self.refresh()
+        if self._exploring >= 0:
+            self._retry_untimed_exploration(step)
+
+    def _retry_untimed_exploration(self, step: StepRecord) -> None:
+        """An exploration step that carried a prefill gave no step time, and a step time is
+        what it was for: run the same K on the next step, at most ``EXPLORE_RETRIES``
+        times, without counting it against the budget. At large batch sizes most
+        steps carry a prefill, and an exploration spent there would be lost."""
+        explored, self._exploring = self._exploring, -1
+        timed = step.step_seconds is not None and step.step_seconds > 0.0
+        if step.k != explored or timed or self._explore_retries >= EXPLORE_RETRIES:
+            self._explore_retries = 0
+            return
+        self._explore_retries += 1
+        self.exploration_steps -= 1
+        self._explore_k = explored
 
     # --- slow paths ----------------------------------------------------------
 
@@ -480,6 +502,11 @@ class AdaptivePolicy:
             },
             cost_samples={
                 (lo, min(hi, self.max_batch_size)): float(cost.count[b])
+                for lo, hi, b in buckets
+                if lo <= self.max_batch_size
+            },
+            draft_token_cost_ms={
+                (lo, min(hi, self.max_batch_size)): float(cost.draft_token_ms[b])
                 for lo, hi, b in buckets
                 if lo <= self.max_batch_size
             },

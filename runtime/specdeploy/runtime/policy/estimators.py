@@ -160,23 +160,47 @@ class RateEstimator:
 
 class CostEstimator:
     """Live step cost: the profile's model times a scale per batch-size bucket and a
-    ratio per observed K, plus context.
+    ratio per observed K, plus a live cost per verified draft token, plus context.
 
-    ITL = s_b * r_K * f(bs, K, T, c_ref) + g * (C - bs * c_ref), with f the
-    profile's model (``cost.StepCostModel``) at its reference context, fitted
-    by ridge regression from clean decode steps: s_b toward a global scale s,
-    s toward 1 (the profile is right), g toward the profile's context cost,
-    and then r_K toward 1, with ``prior_weight`` pseudo-steps each. The scale
-    is shared across K: a machine uniformly slower than the profile's is one
-    scale that every K, observed or not, inherits, so an unobserved K never
-    looks spuriously cheap or dear (its r_K stays 1). r_K is what the shared
-    scale cannot say: that *this* K's steps run cheaper or dearer relative to
-    the others than the profile measured (on vLLM's CPU server a K=3 step
-    whose drafter found nothing cost what a K=0 step did, while the shipped
-    profile priced it 28% dearer; with one scale the policy sat at K=0 and
-    lost 10% to the table). A context shift is additive, not a factor.
+    ITL = s_b * r_K * f(bs, K, T, c_ref) + d_b * (T - bs) + g * (C - bs * c_ref),
+    with f the profile's model (``cost.StepCostModel``) at its reference
+    context and T - bs the draft tokens the step verified (a sequence verifies
+    one token plus its proposal). Fitted from clean decode steps by ridge
+    regression, ``prior_weight`` pseudo-steps each: s_b toward a global scale
+    s, s toward 1 (the profile is right), g toward the profile's context cost,
+    d_b toward 0, and then r_K toward 1.
+
+    * The scale is shared across K: a machine uniformly slower than the
+      profile's is one scale that every K, observed or not, inherits, so an
+      unobserved K never looks spuriously cheap or dear.
+    * d_b is what verifying a draft token costs beyond the profile's price.
+      A profile made on another machine class can price verification
+      several times too cheap: on vLLM's CPU engine, a profile from an
+      AVX-512 machine served on one without put K=3 steps that carried
+      drafts at 160-320 ms against <= 80 ms for those that did not, and a
+      scale (or a ratio per K) fitted to their mean says nothing of what a
+      smaller K, or K=0, would cost, so the policy stayed at K=3 at 0.77x
+      plain decoding. d_b is fitted from steps of one batch size that
+      verified different numbers of tokens, over every K >= 1 (so that a
+      batch size the profile prices wrongly does not pass for it): within one
+      K where the drafter proposes fewer than K tokens, or none, at a rate
+      set by the traffic (n-gram, suffix), and across K where more than one K
+      ran (an EAGLE head proposes K every step: one exploration step at
+      another K tells). Every K, run or not, is then priced with it, so the
+      policy leaves a K that verifies too dearly for the K that is best on
+      this machine. A bucket without such steps keeps the profile's price
+      (d_b = 0). d_b may be negative (a machine that verifies cheaper than
+      profiled), down to the point where a verified token would cost nothing.
+    * r_K is what the scale and slope cannot say: that *this* K's steps run
+      cheaper or dearer relative to the others than the profile measured.
+    * A context shift is additive, not a factor.
+
     Evidence forgets with a half-life of ``half_life_steps`` timed steps.
     """
+
+    _SUMS = ("n", "f1", "f2", "f3", "ms", "f1f1", "f1ms", "f1f2", "f1f3", "f2f3", "f3f3", "f3ms")
+    """The per-(batch size, K) sums kept (f1: the profile's prediction, f2: the context
+    shift, f3: the draft tokens verified, ms: the step time)."""
 
     def __init__(
         self,
@@ -194,26 +218,40 @@ class CostEstimator:
         self._half_life = half_life_steps
         self._reference = prior.reference_context
         self._ks = frozenset(prior.ks)
-        self._xtx = np.zeros((self.buckets, 2, 2))
-        self._xty = np.zeros((self.buckets, 2))
+        self._xtx = np.zeros((self.buckets, 3, 3))
+        """Per bucket: sums of the outer products of (f1, f2, f3)."""
+        self._xty = np.zeros((self.buckets, 3))
         self._yy = np.zeros(self.buckets)
         self.count = np.zeros(self.buckets)
         ks = sorted(self._ks)
         self._k_index = [-1] * (max(ks) + 1)
         for i, k in enumerate(ks):
             self._k_index[k] = i
-        self._k_sums = np.zeros((self.buckets, len(ks), 4))
-        """Per (bucket, K): sums of f1^2, f1 * ms, f1 * f2 and the step count (r_K's fit)."""
+        self._sums = np.zeros((max_batch_size + 1, len(ks), len(self._SUMS)))
+        """Per (batch size, K): the sums named in ``_SUMS``."""
+        self._size_bucket = np.asarray(self._bucket, dtype=np.intp)
         self.k_ratio = np.ones(max(ks) + 1)
         """r_K per K (1.0 for K never observed or never measured)."""
         self._pending: list[tuple[int, int, float, float, float]] = []
         self.scale = np.ones(self.buckets)
         """s_b per bucket."""
+        self.draft_token_ms = np.zeros(self.buckets)
+        """d_b per bucket: ms per verified draft token beyond the profile's price."""
         self.global_scale = 1.0
         self.gamma = prior.gamma
         self.residual_sd = 0.0
-        self._var = np.zeros(self.buckets)
-        """Posterior variance of s_b (in units of the residual variance)."""
+        self._var_scale = np.zeros(self.buckets)
+        self._var_draft = np.zeros(self.buckets)
+        """Posterior variances of s_b and d_b (in units of the residual variance)."""
+        self._slope_known = np.zeros(self.buckets, dtype=bool)
+        """Per bucket: whether its steps of K >= 1 verified different numbers of tokens
+        at some batch size (else d_b is the global slope or the prior's 0)."""
+        self._beta_floor = np.zeros(self.buckets)
+        """Per bucket, the profile's smallest cost per verified token (ms): d_b stays
+        above minus this times s_b."""
+        for b in range(self.buckets):
+            sizes = [bs for bs in range(1, max_batch_size + 1) if self._bucket[bs] == b]
+            self._beta_floor[b] = min((prior.beta_at(bs) for bs in sizes), default=0.0)
 
     def add(
         self, batch_size: int, k: int, verified_tokens: int, context_tokens: int, ms: float
@@ -233,60 +271,139 @@ class CostEstimator:
         self._xty *= keep
         self._yy *= keep
         self.count *= keep
-        self._k_sums *= keep
+        self._sums *= keep
         ref = self._reference
         for bs, k, verified, context, ms in pending:
             f1 = self.prior.itl_ms(bs, k, verified, bs * ref)
             f2 = context - bs * ref
+            f3 = max(verified - bs, 0.0)
+            x = np.array((f1, f2, f3))
             b = self._bucket[bs]
-            self._xtx[b] += ((f1 * f1, f1 * f2), (f1 * f2, f2 * f2))
-            self._xty[b] += (f1 * ms, f2 * ms)
+            self._xtx[b] += np.outer(x, x)
+            self._xty[b] += x * ms
             self._yy[b] += ms * ms
             self.count[b] += 1.0
-            self._k_sums[b, self._k_index[k]] += (f1 * f1, f1 * ms, f1 * f2, 1.0)
-        self._refit()
+            self._sums[bs, self._k_index[k]] += (
+                1.0,
+                f1,
+                f2,
+                f3,
+                ms,
+                f1 * f1,
+                f1 * ms,
+                f1 * f2,
+                f1 * f3,
+                f2 * f3,
+                f3 * f3,
+                f3 * ms,
+            )
+        for _ in range(2):  # the scales given the slopes, the slopes given the scales
+            self._refit_scales()
+            self._refit_draft_cost()
+        self._refit_residual()
         self._refit_k_ratios()
 
-    def _refit(self) -> None:
+    def _refit_scales(self) -> None:
+        """s, g and s_b, with the draft tokens priced at the current d_b."""
         total = float(self.count.sum())
         if total <= 0.0:
             return
-        xtx, xty = self._xtx.sum(axis=0), self._xty.sum(axis=0)
-        reg = self._weight * np.maximum(np.diag(xtx) / total, 1e-12)
+        d = self.draft_token_ms
+        xtx = self._xtx[:, :2, :2]
+        xty = self._xty[:, :2] - d[:, None] * self._xtx[:, :2, 2]
+        pooled_xtx, pooled_xty = xtx.sum(axis=0), xty.sum(axis=0)
+        reg = self._weight * np.maximum(np.diag(pooled_xtx) / total, 1e-12)
         target = np.array([1.0, self.prior.gamma])
-        theta = np.linalg.solve(xtx + np.diag(reg), xty + reg * target)
+        theta = np.linalg.solve(pooled_xtx + np.diag(reg), pooled_xty + reg * target)
         self.global_scale = max(float(theta[0]), 0.05)
         self.gamma = max(float(theta[1]), 0.0)
-        sse, dof = 0.0, 0.0
         for b in range(self.buckets):
             n = float(self.count[b])
             if n <= 0.0:
                 self.scale[b] = self.global_scale
-                self._var[b] = 0.0
+                self._var_scale[b] = 0.0
                 continue
-            a = float(self._xtx[b][0, 0])
-            y = float(self._xty[b][0] - self._xtx[b][0, 1] * self.gamma)
+            a = float(xtx[b][0, 0])
+            y = float(xty[b][0] - xtx[b][0, 1] * self.gamma)
             reg_b = self._weight * max(a / n, 1e-12)
-            s = (y + reg_b * self.global_scale) / (a + reg_b)
-            self.scale[b] = max(s, 0.05)
-            full = np.array([s, self.gamma])
+            self.scale[b] = max((y + reg_b * self.global_scale) / (a + reg_b), 0.05)
+            self._var_scale[b] = 1.0 / (a + reg_b)
+
+    def _refit_draft_cost(self) -> None:
+        """d_b from how step time moves with the draft tokens at one batch size.
+
+        Within each batch size, over the steps of every K >= 1 (K=0 is left out,
+        as in the profile's own slope, ``cost._beta``: going from K=0 to K=1
+        also switches the drafter's work on, which is not a cost per verified
+        token). The tokens a step verifies vary within one K where the drafter
+        proposes fewer than K (n-gram), and across K where more than one K ran.
+        """
+        i = {name: j for j, name in enumerate(self._SUMS)}
+        speculative = [j for k, j in enumerate(self._k_index) if k > 0 and j >= 0]
+        sums = self._sums[:, speculative, :].sum(axis=1)
+        n = np.maximum(sums[:, i["n"]], 1e-12)
+
+        def centred(x: str, y: str) -> FloatArray:
+            prod = "".join(sorted((x, y))) if x != y else x + y
+            result: FloatArray = sums[:, i[prod]] - sums[:, i[x]] * sums[:, i[y]] / n
+            return result
+
+        buckets = self._size_bucket
+        spread = centred("f3", "f3")
+        # A batch size whose steps all verified the same tokens has no spread; what the
+        # subtraction leaves there is rounding, which must not pass for a slope.
+        varies = spread > 1e-9 * sums[:, i["f3f3"]] + 1e-12
+        per_size = np.where(
+            varies,
+            centred("f3", "ms")
+            - self.scale[buckets] * centred("f1", "f3")
+            - self.gamma * centred("f2", "f3"),
+            0.0,
+        )
+        variance = np.bincount(buckets, np.where(varies, spread, 0.0), minlength=self.buckets)
+        moved = np.bincount(buckets, per_size, minlength=self.buckets)
+        steps = np.bincount(buckets, sums[:, i["n"]], minlength=self.buckets)
+        self._slope_known = variance > 1e-9
+        # A bucket without evidence keeps the profile's price (d_b = 0): neither a cost
+        # in ms fitted at another batch size (verification is ~free where decoding is
+        # memory-bound and dear where it is compute-bound) nor a multiple of the
+        # profile's slope (which holds an EAGLE head's K passes too) carries over.
+        for b in np.flatnonzero(~self._slope_known):
+            self.draft_token_ms[b], self._var_draft[b] = 0.0, 0.0
+        for b in np.flatnonzero(self._slope_known):
+            reg_b = self._weight * float(variance[b]) / float(steps[b])
+            d = float(moved[b]) / (float(variance[b]) + reg_b)
+            self.draft_token_ms[b] = max(d, -float(self.scale[b]) * float(self._beta_floor[b]))
+            self._var_draft[b] = 1.0 / (float(variance[b]) + reg_b)
+
+    def _refit_residual(self) -> None:
+        """The residual sd of the full model (s_b, g, d_b), over every timed step."""
+        sse, dof = 0.0, 0.0
+        for b in range(self.buckets):
+            n = float(self.count[b])
+            if n <= 0.0:
+                continue
+            full = np.array([self.scale[b], self.gamma, self.draft_token_ms[b]])
             resid = self._yy[b] - 2 * full @ self._xty[b] + full @ self._xtx[b] @ full
             sse += max(float(resid), 0.0)
             dof += n
-            self._var[b] = 1.0 / (a + reg_b)
         self.residual_sd = math.sqrt(sse / dof) if dof > 0 else 0.0
 
     def _refit_k_ratios(self) -> None:
-        """r_K given the scales and g: ridge toward 1, ``prior_weight`` pseudo-steps."""
-        scale = self.scale[:, None]
-        a = (scale * scale * self._k_sums[:, :, 0]).sum(axis=0)
-        c = (scale * (self._k_sums[:, :, 1] - self.gamma * self._k_sums[:, :, 2])).sum(axis=0)
-        n = self._k_sums[:, :, 3].sum(axis=0)
-        for k, i in enumerate(self._k_index):
-            if i < 0 or n[i] <= 0.0:
+        """r_K given the scales, slopes and g: ridge toward 1, ``prior_weight`` pseudo-steps."""
+        i = {name: j for j, name in enumerate(self._SUMS)}
+        sums = self._sums
+        scale = self.scale[self._size_bucket][:, None]
+        a = (scale * scale * sums[:, :, i["f1f1"]]).sum(axis=0)
+        residual = sums[:, :, i["f1ms"]] - self.gamma * sums[:, :, i["f1f2"]]
+        residual -= self.draft_token_ms[self._size_bucket][:, None] * sums[:, :, i["f1f3"]]
+        c = (scale * residual).sum(axis=0)
+        n = sums[:, :, i["n"]].sum(axis=0)
+        for k, j in enumerate(self._k_index):
+            if j < 0 or n[j] <= 0.0:
                 continue
-            reg = self._weight * max(float(a[i]) / float(n[i]), 1e-12)
-            ratio = (float(c[i]) + reg) / (float(a[i]) + reg)
+            reg = self._weight * max(float(a[j]) / float(n[j]), 1e-12)
+            ratio = (float(c[j]) + reg) / (float(a[j]) + reg)
             self.k_ratio[k] = min(max(ratio, 0.2), 5.0)
 
     def itl_ms(
@@ -296,8 +413,10 @@ class CostEstimator:
         bs = min(max(batch_size, 1), self.max_batch_size)
         base = self.prior.itl_ms(bs, k, verified_tokens, bs * self._reference)
         ratio = float(self.k_ratio[k]) if k < len(self.k_ratio) else 1.0
+        b = self._bucket[bs]
         shift = self.gamma * (context_tokens - bs * self._reference)
-        return max(float(self.scale[self._bucket[bs]]) * ratio * base + shift, 1e-6)
+        shift += float(self.draft_token_ms[b]) * max(verified_tokens - bs, 0.0)
+        return max(float(self.scale[b]) * ratio * base + shift, 1e-6)
 
     def _base(self, verified_per_sequence: Sequence[float]) -> FloatArray:
         max_k = len(verified_per_sequence) - 1
@@ -309,27 +428,43 @@ class CostEstimator:
         """Live ITL (ms), shape (max_bs + 1, len(verified_per_sequence)); NaN: K never measured."""
         base = self._base(verified_per_sequence)
         sizes = np.arange(self.max_batch_size + 1, dtype=np.float64)
-        scale = self.scale[np.asarray(self._bucket, dtype=np.intp)]
+        buckets = np.asarray(self._bucket, dtype=np.intp)
+        scale = self.scale[buckets]
         columns = base.shape[1]
         ratio = np.ones(columns)
         known = min(columns, len(self.k_ratio))
         ratio[:known] = self.k_ratio[:known]
         shift = self.gamma * sizes * (context_per_sequence - self._reference)
+        drafts = self._draft_tokens(verified_per_sequence)
         result: FloatArray = np.maximum(
-            scale[:, None] * ratio[None, :] * base + shift[:, None], 1e-6
+            scale[:, None] * ratio[None, :] * base
+            + shift[:, None]
+            + self.draft_token_ms[buckets][:, None] * drafts,
+            1e-6,
         )
         result[0] = np.nan
         return result
 
+    def _draft_tokens(self, verified_per_sequence: Sequence[float]) -> FloatArray:
+        """Draft tokens a step verifies per (bs, K): bs * (verified per sequence - 1)."""
+        sizes = np.arange(self.max_batch_size + 1, dtype=np.float64)
+        per_sequence = np.maximum(np.asarray(verified_per_sequence, dtype=np.float64) - 1.0, 0.0)
+        result: FloatArray = sizes[:, None] * per_sequence[None, :]
+        return result
+
     def sd_grid(self, verified_per_sequence: Sequence[float]) -> FloatArray:
-        """Standard error of the live prediction per (bs, K): the scale's, 10% where unobserved."""
-        base = self._base(verified_per_sequence)
+        """Standard error of the live prediction per (bs, K), from the posterior variances
+        of the bucket's scale and draft-token cost; 10% of the prediction where unobserved."""
+        base = np.nan_to_num(self._base(verified_per_sequence))
+        drafts = self._draft_tokens(verified_per_sequence)
         buckets = np.asarray(self._bucket, dtype=np.intp)
-        observed = self.count[buckets] > 0
-        scale_sd = np.where(
-            observed, np.sqrt(self._var[buckets]) * max(self.residual_sd, 1e-9), 0.1
+        unit = max(self.residual_sd, 1e-9) ** 2
+        variance = unit * (
+            self._var_scale[buckets][:, None] * base * base
+            + self._var_draft[buckets][:, None] * drafts * drafts
         )
-        result: FloatArray = np.nan_to_num(scale_sd[:, None] * base)
+        observed = (self.count[buckets] > 0)[:, None]
+        result: FloatArray = np.where(observed, np.sqrt(np.maximum(variance, 0.0)), 0.1 * base)
         return result
 
     def correction(

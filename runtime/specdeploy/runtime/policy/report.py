@@ -44,6 +44,9 @@ class PolicyEstimates:
     """Live scale of the profile's step-cost model per batch-size bucket (first,
     last batch size); 1.0: the profile as is."""
     cost_samples: dict[tuple[int, int], float]
+    draft_token_cost_ms: dict[tuple[int, int], float]
+    """Live cost of a verified draft token beyond the profile's price, per bucket
+    (ms; 0.0: the profile's slope as is)."""
     global_cost_scale: float
     context_cost_ms_per_token: float
     context_per_sequence: float

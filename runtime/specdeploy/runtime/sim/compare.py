@@ -203,7 +203,10 @@ class Comparison:
     ) -> SimResult:
         """One run on one seed; ``None`` is vanilla serving, ``table`` sets a K table.
 
-        ``steps`` 0 runs a finite workload to its end (a drain).
+        ``steps`` 0 runs a finite workload to its end (a drain). The adaptive
+        policy is the add-on, whose vLLM plugin makes a K=0 step skip a
+        stateless drafter (``step_time`` module docstring); the other policies
+        are vLLM as it ships.
         """
         s = self.settings
         n = s.steps if steps is None else steps
@@ -212,6 +215,7 @@ class Comparison:
             workload,
             speculative=policy is not None,
             piecewise=table and policy is not None,
+            plain_k0=isinstance(policy, AdaptivePolicy),
             steps=n or None,
             seed=seed,
             warmup_steps=s.warmup_steps if warmup_steps is None else warmup_steps,

@@ -81,6 +81,9 @@ class EngineConfig:
     """How many drafts the drafter proposes (a workload property for lookup drafters)."""
     piecewise_graphs: bool = False
     """A K table is set (table and adaptive policies): vLLM runs piecewise CUDA graphs."""
+    plain_k0: bool = False
+    """The add-on's plugin is loaded (the adaptive policy, the profiler): a K=0 step
+    skips a stateless drafter (``step_time`` module docstring)."""
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_k < 0:
@@ -89,6 +92,8 @@ class EngineConfig:
             raise ValueError("max_batched_tokens must fit a full batch of maxK+1 tokens")
         if self.piecewise_graphs and not self.speculative:
             raise ValueError("piecewise_graphs: a K table needs speculation configured")
+        if self.plain_k0 and not self.speculative:
+            raise ValueError("plain_k0: the plugin acts on speculative engines only")
 
 
 @dataclass(frozen=True)
@@ -573,6 +578,7 @@ class _Run:
             verified_tokens=verified,
             piecewise=c.piecewise_graphs,
             switched=switched,
+            plain_k0=c.plain_k0,
         )
         produced = np.minimum(n_acc + 1, s.out_left) * decoding
         if batch.chunk is not None and batch.prefilling is not None:

@@ -91,6 +91,8 @@ class Preset:
     """The roofline's GEMM half-efficiency height (``roofline.Roofline``)."""
     time_scale: float = 1.0
     """Every step this many times as long (``costs.StepCost.time_scale``)."""
+    verify_slope: float = 1.0
+    """Drafts verified this many times as dear (``step_time.StepCost.verify_slope``)."""
     model_runner: str = ""
     """vLLM's model runner, ``v1`` or ``v2``; empty: vLLM 0.32's own choice (``runner``)."""
 
@@ -124,8 +126,9 @@ class Preset:
         if self.runner != "v1":  # full graphs with a table: no per-layer launches
             overheads = replace(overheads, per_layer_s=0.0)
         return StepCost(
-            self.gpu, self.model, self.drafter, self.tp, roof, overheads, self.time_scale
-        )
+            self.gpu, self.model, self.drafter, self.tp, roof, overheads, self.time_scale,
+            self.verify_slope,
+        )  # fmt: skip
 
     @property
     def proposal_model(self) -> ProposalModel:
@@ -145,12 +148,14 @@ class Preset:
         max_batch_size: int | None = None,
         proposals: ProposalModel | None = None,
         piecewise: bool = False,
+        plain_k0: bool = False,
     ) -> EngineConfig:
         """An engine for this preset; ``speculative`` False is vanilla serving.
 
         ``piecewise``: a K table is set (the table and adaptive policies); on
         the V1 runner vLLM then runs piecewise CUDA graphs (``step_time.py``), on
-        V2 it costs nothing (``runner``).
+        V2 it costs nothing (``runner``). ``plain_k0``: the add-on's plugin is
+        loaded (``step_time`` module docstring).
         """
         batch = self.max_batch_size if max_batch_size is None else max_batch_size
         return EngineConfig(
@@ -162,6 +167,7 @@ class Preset:
             speculative=speculative,
             proposals=self.proposal_model if proposals is None else proposals,
             piecewise_graphs=piecewise,
+            plain_k0=plain_k0,
         )
 
     def simulate(
@@ -173,6 +179,7 @@ class Preset:
         acceptance: AcceptanceModel | None = None,
         proposals: ProposalModel | None = None,
         piecewise: bool = False,
+        plain_k0: bool = False,
         steps: int | None = None,
         duration_s: float | None = None,
         seed: int = 0,
@@ -181,7 +188,11 @@ class Preset:
     ) -> SimResult:
         """Run the engine on ``workload`` (default: the preset's own)."""
         config = self.engine_config(
-            speculative=speculative, acceptance=acceptance, proposals=proposals, piecewise=piecewise
+            speculative=speculative,
+            acceptance=acceptance,
+            proposals=proposals,
+            piecewise=piecewise,
+            plain_k0=plain_k0,
         )
         return simulate(
             config,

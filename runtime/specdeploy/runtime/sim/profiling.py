@@ -90,14 +90,18 @@ def profile_cell(
 
     ``prompt`` sets the context the cell starts from (default: the preset's
     mean prompt). ``speculative`` False measures plain decoding (K must be
-    0); otherwise a K table is set, as in a pod serving one.
+    0); otherwise a K table is set and the add-on's plugin loaded, as in a
+    pod serving one (the profiler's engine loads it: ``SPECDEPLOY_PLAIN_K0``).
     """
     if not speculative and k != 0:
         raise ValueError("plain decoding verifies no drafts: k must be 0")
     prompt = prompt or max(1, round(preset.workload.prompt.mean))
     workload = ClosedLoop(batch_size, fixed(prompt), fixed(steps * (preset.max_k + 1) + 1024))
     config = preset.engine_config(
-        max_batch_size=batch_size, speculative=speculative, piecewise=speculative
+        max_batch_size=batch_size,
+        speculative=speculative,
+        piecewise=speculative,
+        plain_k0=speculative,
     )
     # Decoding sequences shrink the prefill budget as they start: twice the bare count.
     prefill_steps = -(-batch_size * prompt // config.max_batched_tokens) + 1

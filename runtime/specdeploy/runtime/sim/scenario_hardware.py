@@ -11,6 +11,16 @@
   profiled one (every step takes twice as long: the ranking of K is
   unchanged), so the table stays right; a policy that corrects step costs
   must not be misled into switching.
+* ``wrong-machine``: the serving machine verifies drafts ``STEEPER``x as
+  dear as the profiled one (``StepCost.verify_slope``: the verified-token
+  slope is 5x the profile's) while a step without drafts costs the same. It
+  is what the never-a-loss issue measured on vLLM's CPU engine with a profile
+  from an AVX-512 machine served on one without: a K=3 step that carried
+  drafts took 160-320 ms against <= 80 ms for one that did not, and the
+  add-on, whose live cost model could only rescale the profile's shape, ran
+  K=3 at 0.77x plain decoding per step. No warm-up: scored over the last
+  ``WRONG_MACHINE_WINDOW`` of ``WRONG_MACHINE_STEPS`` steps (converged within
+  the first 2,000), against max(plain decoding, the best fixed K).
 
 The oracle is the best fixed K on the serving machine per seed, run with a
 table set, among the two K the true cost model ranks highest at that batch
@@ -42,6 +52,9 @@ from specdeploy.runtime.sim.workload import ClosedLoop
 PESSIMISTIC_STEPS = 5000
 WINDOW = 1000
 SLOWDOWN = 2.0
+STEEPER = 5.0
+WRONG_MACHINE_STEPS = 2000
+WRONG_MACHINE_WINDOW = 1000
 
 
 def half_compute(preset: Preset) -> Preset:
@@ -60,12 +73,27 @@ def uniformly_slower(preset: Preset, factor: float = SLOWDOWN) -> Preset:
     return replace(preset, name=f"{preset.name}-{factor:g}x-slower", time_scale=factor)
 
 
-def _oracle(cmp: Comparison, workload: ClosedLoop, seed: int, steps: int) -> tuple[int, SimResult]:
+def steeper_verification(preset: Preset, factor: float = STEEPER) -> Preset:
+    """The preset on a machine whose drafts cost ``factor`` times as much to verify."""
+    return replace(preset, name=f"{preset.name}-verify-{factor:g}x", verify_slope=factor)
+
+
+def _oracle(
+    cmp: Comparison, workload: ClosedLoop, seed: int, steps: int, warmup_steps: int | None
+) -> tuple[int, SimResult]:
     ranking = modelled_ranking(cmp.preset, (workload.concurrency,))[workload.concurrency]
     allowed = set(cmp.allowed_k())
     candidates = [k for k, _ in ranking if k in allowed][:2]
     runs = {
-        k: cmp.run(FixedPolicy(k), workload, seed=seed, table=True, steps=steps, trace=True)
+        k: cmp.run(
+            FixedPolicy(k),
+            workload,
+            seed=seed,
+            table=True,
+            steps=steps,
+            warmup_steps=warmup_steps,
+            trace=True,
+        )
         for k in candidates
     }
     best = max(runs, key=lambda k: runs[k].tokens_per_s)
@@ -80,6 +108,7 @@ def _mismatch(
     window: int,
     label: str,
     progress: Progress,
+    warmup_steps: int | None = None,
 ) -> list[PolicyResult]:
     rows: list[PolicyResult] = []
     for bs in batch_sizes:
@@ -88,10 +117,12 @@ def _mismatch(
         def run_one(name: str, seed: int, wl: ClosedLoop = workload) -> Figures:
             extra: dict[str, float | int | None] = {}
             if name == "oracle":
-                k, r = _oracle(cmp, wl, seed, steps)
+                k, r = _oracle(cmp, wl, seed, steps, warmup_steps)
                 extra["oracle_k"] = k
             else:
-                r = cmp.run_named(name, wl, seed=seed, steps=steps, trace=True)
+                r = cmp.run_named(
+                    name, wl, seed=seed, steps=steps, warmup_steps=warmup_steps, trace=True
+                )
             assert r.trace is not None
             return figures(
                 r, tokens_per_s_window=window_tokens_per_s(r.trace, steps - window), **extra
@@ -139,5 +170,27 @@ def compare_slower_machine(
         "slowdown": SLOWDOWN,
         "steps": steps,
         "window_steps": window,
+    }
+    return rows, info
+
+
+def compare_wrong_machine(
+    cmp: Comparison,
+    batch_sizes: Sequence[int],
+    policies: Sequence[str],
+    *,
+    progress: Progress = None,
+) -> ScenarioOutput:
+    """``cmp.preset`` must be ``steeper_verification(profiled preset)`` (the CLI makes it so)."""
+    rows = _mismatch(
+        cmp, batch_sizes, policies, WRONG_MACHINE_STEPS, WRONG_MACHINE_WINDOW,
+        "wrong machine", progress, warmup_steps=0,
+    )  # fmt: skip
+    info: dict[str, Any] = {
+        "name": "wrong-machine",
+        "verify_slope": cmp.preset.verify_slope,
+        "steps": WRONG_MACHINE_STEPS,
+        "warmup_steps": 0,
+        "window_from_step": WRONG_MACHINE_STEPS - WRONG_MACHINE_WINDOW,
     }
     return rows, info

@@ -6,7 +6,8 @@
 * ``scenario_phased``: an open loop whose rate changes every 10 s, arrivals paired;
 * ``scenario_collapse``: acceptance drops to near zero;
 * ``scenario_hardware``: a profile made at half compute (``pessimistic-profile``),
-  or served on a machine uniformly 2x slower (``slower-machine``);
+  served on a machine uniformly 2x slower (``slower-machine``), or on one that
+  verifies drafts 5x as dear (``wrong-machine``);
 * ``scenario_mixed``: two request classes with different acceptance in one batch;
 * ``scenario_common``: running every policy on every seed.
 
@@ -28,7 +29,9 @@ from specdeploy.runtime.sim.scenario_drift import (
 from specdeploy.runtime.sim.scenario_hardware import (
     compare_pessimistic_profile,
     compare_slower_machine,
+    compare_wrong_machine,
     half_compute,
+    steeper_verification,
     uniformly_slower,
 )
 from specdeploy.runtime.sim.scenario_mixed import compare_mixed, mixed_preset
@@ -45,6 +48,7 @@ SCENARIOS = (
     "collapse",
     "pessimistic-profile",
     "slower-machine",
+    "wrong-machine",
     "mixed",
 )
 
@@ -58,12 +62,14 @@ __all__ = [
     "compare_phased",
     "compare_rollout",
     "compare_slower_machine",
+    "compare_wrong_machine",
     "drift_preset",
     "drift_profiles",
     "half_compute",
     "mixed_preset",
     "phase_rates",
     "recovery_steps",
+    "steeper_verification",
     "table_threshold",
     "uniformly_slower",
     "windowed_ratio",

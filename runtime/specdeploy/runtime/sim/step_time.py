@@ -12,6 +12,13 @@ engine adds host-side costs that a GPU roofline does not see. Three modes:
 - speculation configured, K = 0: + what the drafter still runs at K=0 +
   speculation overheads. REFERENCE.md: with K pinned to 0, vLLM cost +6.6%
   TPOT at concurrency 2 and +21.6% at 189 over no speculation.
+- ``plain_k0``: the add-on's vLLM plugin is loaded (a pod's add-on and the
+  profiler; ``vllm_addon/plain_step.py``): a K=0 step skips a stateless
+  drafter (n-gram) and the draft fetch after it. What the plugin cannot
+  remove stays charged: the speculation overheads (measured on vLLM's CPU
+  engine at batch 16, the sampler's speculative path alone cost ~1.4 ms more
+  per step than plain decoding's, ``bench/results/k0_step_cost.md``) and a
+  model drafter's K=0 pass, which keeps its state.
 
 Two costs depend on how the pod is configured rather than on the step:
 
@@ -37,6 +44,10 @@ from specdeploy.runtime.sim.drafts import Drafter
 from specdeploy.runtime.sim.hardware import GPU
 from specdeploy.runtime.sim.models import TransformerModel
 from specdeploy.runtime.sim.roofline import ForwardCost, Roofline
+
+PLAIN_K0_METHODS = frozenset({"ngram"})
+"""The drafters whose K=0 pass the add-on's plugin skips: stateless ones
+(``vllm_addon.plain_step``); EAGLE, MTP and draft models keep theirs."""
 
 
 @dataclass(frozen=True)
@@ -88,10 +99,18 @@ class StepCost:
     time_scale: float = 1.0
     """Every step takes this many times as long: a machine uniformly slower (> 1) or
     faster than the one modelled, K ranking unchanged (the slower-machine scenario)."""
+    verify_slope: float = 1.0
+    """The target forward's cost of the tokens a step verifies beyond one per decoding
+    sequence (their GEMM and logits work at the step's attention) is this many times
+    the roofline's: a machine that verifies drafts dearer (> 1) than the one a profile
+    was made on, while a step without drafts costs the same (the wrong-machine
+    scenario; on vLLM's CPU engine a CPU without AVX-512 is such a machine)."""
 
     def __post_init__(self) -> None:
         if self.time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {self.time_scale}")
+        if self.verify_slope <= 0:
+            raise ValueError(f"verify_slope must be > 0, got {self.verify_slope}")
         if self.roofline is None:
             object.__setattr__(self, "roofline", Roofline(self.gpu, self.tp))
         elif self.roofline.gpu != self.gpu or self.roofline.tp != self.tp:
@@ -115,6 +134,7 @@ class StepCost:
         verified_tokens: float | None = None,
         piecewise: bool = False,
         switched: bool = False,
+        plain_k0: bool = False,
     ) -> StepBreakdown:
         """Cost of one step by part.
 
@@ -124,7 +144,7 @@ class StepCost:
         ``verified_tokens``: tokens the decoding sequences verify (default
         ``decode_seqs * (k + 1)``, every draft proposed). ``speculative``
         False is vanilla: no drafter, no speculation overheads, and K must be
-        0. ``piecewise`` and ``switched``: the module docstring.
+        0. ``piecewise``, ``switched`` and ``plain_k0``: the module docstring.
         """
         verified, tokens, seqs, pairs = self._shape(
             decode_seqs, k, context_tokens, attention_pairs, prefill_tokens, prefill_seqs,
@@ -133,8 +153,19 @@ class StepCost:
         target = self.roof.forward(
             self.model, tokens, context_tokens, pairs, verified + prefill_seqs, seqs
         )
+        if self.verify_slope != 1.0 and verified > decode_seqs:
+            plain = self.roof.forward(
+                self.model, tokens - verified + decode_seqs, context_tokens, pairs,
+                decode_seqs + prefill_seqs, seqs,
+            )  # fmt: skip
+            f = self.verify_slope
+            target = ForwardCost(
+                *(p + f * (t - p) for t, p in zip(astuple(target), astuple(plain), strict=True))
+            )
         overhead = self._overhead(seqs, speculative, piecewise, switched)
-        draft = self._draft(decode_seqs, k, tokens, context_tokens) if speculative else 0.0
+        draft = (
+            self._draft(decode_seqs, k, tokens, context_tokens, plain_k0) if speculative else 0.0
+        )
         if self.time_scale != 1.0:
             f = self.time_scale
             target = ForwardCost(*(f * x for x in astuple(target)))
@@ -154,6 +185,7 @@ class StepCost:
         verified_tokens: float | None = None,
         piecewise: bool = False,
         switched: bool = False,
+        plain_k0: bool = False,
     ) -> float:
         """Wall seconds of one step: ``breakdown(...).total``, on the engine's hot path."""
         verified, tokens, seqs, pairs = self._shape(
@@ -163,9 +195,15 @@ class StepCost:
         total = self.roof.forward_seconds(
             self.model, tokens, context_tokens, pairs, verified + prefill_seqs, seqs
         )
+        if self.verify_slope != 1.0 and verified > decode_seqs:
+            plain = self.roof.forward_seconds(
+                self.model, tokens - verified + decode_seqs, context_tokens, pairs,
+                decode_seqs + prefill_seqs, seqs,
+            )  # fmt: skip
+            total = plain + self.verify_slope * (total - plain)
         total += self._overhead(seqs, speculative, piecewise, switched)
         if speculative:
-            total += self._draft(decode_seqs, k, tokens, context_tokens)
+            total += self._draft(decode_seqs, k, tokens, context_tokens, plain_k0)
         return total * self.time_scale
 
     def _shape(
@@ -208,10 +246,14 @@ class StepCost:
             total += ov.spec_step_s + ov.spec_per_seq_s * seqs
         return total
 
-    def _draft(self, decode_seqs: int, k: int, tokens: float, context_tokens: float) -> float:
+    def _draft(
+        self, decode_seqs: int, k: int, tokens: float, context_tokens: float, plain_k0: bool
+    ) -> float:
         assert self.drafter is not None  # _shape refused a speculative step without one
         if k > 0:
             return self.drafter.draft_seconds(self.roof, decode_seqs, k, tokens, context_tokens)
+        if plain_k0 and self.drafter.method in PLAIN_K0_METHODS:
+            return 0.0
         return self.drafter.k0_seconds(self.roof, decode_seqs, tokens, context_tokens)
 
     def decode_itl(

@@ -1,8 +1,10 @@
 """AdaptivePolicy's behaviour against a small synthetic engine whose truth is known.
 
-The engine's step costs ITL = a(bs) + b * T + g * C + d * [K > 0] (ms) with
-T the tokens verified, C the context read and d the drafter's pass (an
-n-gram lookup runs whether or not it finds a match), its drafter proposes a draft with
+The engine's step costs ITL = a(bs) + b * T + e * (T - bs) + g * C + d * [K > 0]
+(ms) with T the tokens verified, e what a draft token costs beyond the others
+(a machine that verifies dearer than the profile's), C the context read and d
+the drafter's pass (an n-gram lookup runs whether or not it finds a match),
+its drafter proposes a draft with
 probability ``q`` per sequence-step (n-gram-like; 1.0 is EAGLE-like), and
 acceptance is drawn per position from known rates. Because the truth is
 known, each test can say which K is right and check that the policy gets
@@ -40,9 +42,11 @@ class Truth:
     drafting: float = 1.0
     scale: float = 1.0
     drafter_ms: float = 0.0
+    draft_token_ms: float = 0.0
 
     def itl_ms(self, bs: int, k: int, verified: float, context_tokens: float) -> float:
         step = self.fixed_ms + 0.02 * bs + self.per_token_ms * verified
+        step += self.draft_token_ms * (verified - bs)
         step += self.drafter_ms if k > 0 else 0.0
         return self.scale * (step + self.per_context_ms * context_tokens)
 
@@ -335,3 +339,105 @@ def test_a_k_whose_steps_cost_other_than_profiled_is_priced_per_k() -> None:
     for k in range(MAX_K + 1):
         if k not in ks:
             assert ratios[k] == 1.0
+
+
+def test_a_machine_that_verifies_dearer_is_priced_by_the_tokens_it_verifies() -> None:
+    """#31's CPU case: a profile from a machine that verifies drafts cheaply, served on
+    one where each draft token costs 20x the profile's slope; a step without drafts
+    costs the same. The n-gram-like drafter proposes in half of the sequence-steps, so
+    the K it runs verifies different numbers of tokens from step to step: the live
+    slope is learnt from that, every K is priced with it, and the policy leaves the K
+    it runs for K=0 with no exploration. A scale and a ratio per K, fitted to the
+    mean of the K it runs, rank the K as the profile did and keep it there."""
+    profiled = Truth(drafting=0.5)
+    serving = Truth(drafting=0.5, draft_token_ms=1.0)
+    bs = 8
+    assert profiled.best(bs) == MAX_K and serving.best(bs) == 0  # the test can fail
+    engine = Engine(policy_for(profiled), serving, seed=8)
+    ks = engine.run(2000, bs)
+    assert engine.policy.exploration_steps == 0
+    assert ks.index(0) <= 200
+    assert all(k == 0 for k in ks[-1000:])
+    # The 64 steps at K=4 are the only ones whose tokens varied: the estimate is shrunk
+    # toward the profile's price by the prior's 16 pseudo-steps (64 / 80 of the way).
+    d = engine.policy.estimates().draft_token_cost_ms
+    bucket = next(cost for (lo, hi), cost in d.items() if lo <= bs <= hi)
+    assert 0.7 <= bucket <= 1.05
+    # Every K is priced near what the serving machine costs, not only the one it ran.
+    for k, estimate in engine.policy.explain(bs).items():
+        verified = bs * (1 + serving.drafting * k)
+        truth = serving.itl_ms(bs, k, verified, bs * serving.context)
+        profiled_price = profiled.itl_ms(bs, k, verified, bs * profiled.context)
+        assert profiled_price + 0.7 * (truth - profiled_price) <= estimate.itl_ms, k
+        assert estimate.itl_ms <= 1.05 * truth, k
+
+
+def test_without_the_live_draft_token_cost_the_dearer_machine_pins_the_profiles_k(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The previous test's case, the estimator's slope switched off: it can fail."""
+    from specdeploy.runtime.policy.estimators import CostEstimator
+
+    monkeypatch.setattr(CostEstimator, "_refit_draft_cost", lambda self: None)
+    profiled = Truth(drafting=0.5)
+    serving = Truth(drafting=0.5, draft_token_ms=1.0)
+    engine = Engine(policy_for(profiled), serving, seed=8)
+    ks = engine.run(2000, 8)
+    assert 0 not in ks[-1000:]
+
+
+def test_a_uniformly_slower_machine_is_a_scale_and_not_a_draft_token_cost() -> None:
+    """An EAGLE-like drafter proposes K every step: one K says nothing of what a draft
+    token costs, and two K that both run twice as slow as profiled say it is as
+    profiled; the scale takes the slowdown."""
+    profiled = Truth()
+    serving = Truth(scale=2.0)
+    engine = Engine(policy_for(profiled), serving, seed=9)
+    engine.run(1280, 32)
+    estimates = engine.policy.estimates()
+    # 0.1 ms is what a verified token costs on the serving machine
+    assert all(abs(cost) <= 0.002 for cost in estimates.draft_token_cost_ms.values())
+    assert estimates.global_cost_scale == pytest.approx(2.0, rel=0.05)
+
+
+def test_steps_at_two_k_tell_an_eagle_like_pod_what_drafts_cost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An EAGLE-like drafter proposes K every step, so the steps of one K say nothing
+    of the slope: the excess goes to the scale and r_K, K=0 included. Steps at a
+    second K at the same batch size (here the policy's own move from K=4 to K=3)
+    tell it, and the policy goes on to K=0; with the slope off it stays at K=3."""
+    from specdeploy.runtime.policy.estimators import CostEstimator
+
+    profiled = Truth()
+    serving = Truth(draft_token_ms=0.2)
+    bs = 32
+    assert profiled.best(bs) == MAX_K and serving.best(bs) == 0  # the test can fail
+    engine = Engine(policy_for(profiled, AdaptiveConfig()), serving, seed=10)
+    ks = engine.run(2000, bs)
+    assert ks.index(0) <= 400
+    assert all(k == 0 for k in ks[-1000:])
+    monkeypatch.setattr(CostEstimator, "_refit_draft_cost", lambda self: None)
+    without = Engine(policy_for(profiled, AdaptiveConfig()), serving, seed=10)
+    assert 0 not in without.run(2000, bs)
+
+
+def test_an_exploration_step_that_carried_a_prefill_is_run_again() -> None:
+    """Only a step without a prefill is timed, and a step time is what exploring is for."""
+    truth = Truth()
+    policy = policy_for(truth, AdaptiveConfig(explore_budget=0.01), rates=(0.05,) * MAX_K)
+    k = policy.choose_k(8)
+    untimed = StepRecord(8, k, None, [0] * MAX_K, [0] * MAX_K, [0] * MAX_K, decode_sequences=8)
+    for _ in range(64):  # until the first rebuild plans an exploration
+        policy.observe(untimed)
+        if policy._explore_k >= 0:
+            break
+    explored = policy.choose_k(8)
+    assert explored != k and policy.exploration_steps == 1
+    policy.observe(StepRecord(8, explored, None, [0] * MAX_K, [0] * MAX_K, [0] * MAX_K,
+                              decode_sequences=8))  # fmt: skip
+    assert policy.choose_k(8) == explored  # again: the first carried a prefill
+    assert policy.exploration_steps == 1  # a retry is not a second exploration
+    policy.observe(StepRecord(8, explored, 0.01, [0] * MAX_K, [0] * MAX_K, [0] * MAX_K,
+                              decode_sequences=8, verified_tokens=8))  # fmt: skip
+    assert policy.choose_k(8) == k  # timed: back to the K in force

@@ -256,3 +256,44 @@ def test_a_uniformly_slower_machine_scales_every_step() -> None:
         assert slow.cost.breakdown(bs, k, context_tokens=bs * 512.0).total == pytest.approx(
             slow.cost.decode_itl(bs, k)
         )
+
+
+def test_a_machine_that_verifies_dearer_prices_only_the_draft_tokens() -> None:
+    """wrong-machine: a step without drafts costs the same; what the drafts add, ~5x
+    (their GEMM and logits work; the attention pairs they add are priced as before)."""
+    from specdeploy.runtime.sim.scenarios import steeper_verification
+
+    preset = get_preset("llama8b-ngram-a100")
+    steep = steeper_verification(preset)
+    for bs in (1, 64, 256):
+        ctx = bs * 512.0
+        plain = preset.cost.step_seconds(bs, 3, context_tokens=ctx, verified_tokens=bs)
+        assert steep.cost.step_seconds(bs, 3, context_tokens=ctx, verified_tokens=bs) == plain
+        full = preset.cost.step_seconds(bs, 3, context_tokens=ctx)
+        steep_full = steep.cost.step_seconds(bs, 3, context_tokens=ctx)
+        assert steep_full - plain == pytest.approx(5.0 * (full - plain), rel=0.02)
+        kw = {"decode_seqs": bs, "k": 3, "context_tokens": ctx}
+        assert steep.cost.breakdown(**kw).total == pytest.approx(steep_full, rel=1e-12)  # type: ignore[arg-type]
+
+
+def test_the_addons_plugin_skips_a_stateless_drafter_at_k0_and_nothing_else() -> None:
+    """plain_k0: an n-gram K=0 step costs no lookup; the speculation overheads stay,
+    and an EAGLE head keeps its K=0 pass (it has state to keep)."""
+    ngram_cost = get_preset("llama8b-ngram-a100").cost
+    eagle_cost = get_preset("seed-dense").cost
+    for bs in (1, 64, 256):
+        ctx = bs * 512.0
+        vanilla = ngram_cost.step_seconds(bs, 0, context_tokens=ctx, speculative=False)
+        k0 = ngram_cost.breakdown(bs, 0, context_tokens=ctx)
+        plugged = ngram_cost.breakdown(bs, 0, context_tokens=ctx, plain_k0=True)
+        assert k0.draft > 0.0 and plugged.draft == 0.0
+        assert vanilla < plugged.total < k0.total
+        assert plugged.total == pytest.approx(
+            ngram_cost.step_seconds(bs, 0, context_tokens=ctx, plain_k0=True), rel=1e-12
+        )
+        # K >= 1 is untouched
+        assert ngram_cost.step_seconds(bs, 2, context_tokens=ctx, plain_k0=True) == (
+            ngram_cost.step_seconds(bs, 2, context_tokens=ctx)
+        )
+        eagle = eagle_cost.breakdown(bs, 0, context_tokens=ctx, plain_k0=True)
+        assert eagle.draft == eagle_cost.breakdown(bs, 0, context_tokens=ctx).draft > 0.0
