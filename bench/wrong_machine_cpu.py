@@ -59,9 +59,13 @@ from bench.vllm_server import bench_client, server, write_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 ISA_ENV = {
-    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "SPECDEPLOY_BENCH_NO_AMX": "1"},
+    "avx512-no-amx": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "SPECDEPLOY_BENCH_NO_AMX": "1"},
     "native": {},
 }
+"""What each ``--isa`` sets for the servers; ``SPECDEPLOY_BENCH_NO_AMX`` is read by
+``bench/isa_cap/sitecustomize.py`` (put on the servers' PYTHONPATH)."""
+ISA_CAP_PATH = Path(__file__).resolve().parent / "isa_cap"
 TARGET = 0.99
 
 
@@ -190,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompts", type=int, default=80, help="MT-Bench conversations")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--name", default="wrong_machine_cpu", help="output file stem")
+    p.add_argument("--logs", type=Path, help="keep the servers' logs in this folder")
     args = p.parse_args(argv)
     if args.repeats < 2:
         p.error("--repeats: at least 2 (an interval needs two)")
@@ -202,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--fixed-k: each K in 1..{max_k} (the profile's maxK)")
     allowed = ",".join(str(k) for k in range(max_k + 1))  # the operator's: 0..maxK
     os.environ.update(ISA_ENV[args.isa])  # the servers inherit it
+    if ISA_ENV[args.isa]:
+        path = os.environ.get("PYTHONPATH", "")
+        os.environ["PYTHONPATH"] = (
+            f"{ISA_CAP_PATH}{os.pathsep}{path}" if path else str(ISA_CAP_PATH)
+        )
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     import vllm
 
@@ -211,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     model = str(smollm2.ensure_checkpoint())
     started = time.perf_counter()
     load_start = os.getloadavg()
+    if args.logs:
+        args.logs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         folder = Path(tmp)
         prompts = folder / "prompts.json"
@@ -221,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         servers = {}
         for name, config in configs.items():
             (folder / name).mkdir()
-            log = folder / f"{name}.log"
+            log = (args.logs or folder) / f"{name.replace(':', '')}.log"
             policy = config.pop("policy", None)
             servers[name] = stack.enter_context(
                 server(model, profile, policy, folder / name, log, allowed, False, **config)
