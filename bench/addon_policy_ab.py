@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,80 @@ def paired(ratios: list[float]) -> dict[str, float]:
     }
 
 
+def verdict(p: dict[str, float], target: float) -> str:
+    """met: the interval lies at or above ``target``; missed: below it; else not resolved."""
+    if p["low"] >= target:
+        return "met"
+    if p["high"] < target:
+        return "missed"
+    return "not resolved"
+
+
+def run_facts(
+    args: argparse.Namespace, prompts: int, load_start: tuple[float, ...], started: float
+) -> dict[str, Any]:
+    """The client's settings and the run's load and wall time, as every result records them."""
+    return {
+        "prompts": prompts,
+        "max_tokens": args.max_tokens,
+        "requests_per_stream": args.requests_per_stream,
+        "repeats": args.repeats,
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def write_result(out: Path, stem: str, result: dict[str, Any], text: str) -> None:
+    """``stem``.json and ``stem``.md under ``out``; the Markdown is printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{stem}.md").write_text(text)
+    print(text)
+
+
+def run_rounds(
+    servers: dict[str, dict[str, Any]],
+    model: str,
+    prompts: Path,
+    concurrency: int,
+    args: argparse.Namespace,
+    order: Callable[[int], Sequence[str]],
+) -> dict[str, list[dict[str, Any]]]:
+    """One warm-up run per server, then ``args.repeats`` rounds of one run per server in
+    ``order(round)``; per run the client's figures and, for an add-on, its steps by K."""
+    n = concurrency * args.requests_per_stream
+    for name in servers:
+        bench_client(servers[name]["http"], model, prompts, concurrency, n, args.max_tokens)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    for repeat in range(args.repeats):
+        for name in order(repeat):
+            port = servers[name]["metrics"]
+            before = steps_by_k(port) if port else {}
+            load = os.getloadavg()
+            client = bench_client(
+                servers[name]["http"], model, prompts, concurrency, n, args.max_tokens
+            )
+            after = steps_by_k(port) if port else {}
+            runs[name].append(
+                {
+                    "repeat": repeat,
+                    "client": client,
+                    "addon_steps_before": sum(before.values()) if port else None,
+                    "steps_by_k": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after},
+                    "load_average": [load, os.getloadavg()],
+                }
+            )
+        print(
+            f"concurrency {concurrency} repeat {repeat}: "
+            + ", ".join(f"{x} {runs[x][-1]['client']['output_throughput']:.1f}" for x in servers)
+            + " tok/s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return runs
+
+
 def run_level(
     servers: dict[str, dict[str, Any]],
     model: str,
@@ -79,37 +154,10 @@ def run_level(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     """Warm-up per server, then ``repeats`` paired runs in ABBA order."""
-    n = concurrency * args.requests_per_stream
-    for name in POLICIES:
-        bench_client(servers[name]["http"], model, prompts, concurrency, n, args.max_tokens)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in POLICIES}
-    for repeat in range(args.repeats):
-        order = POLICIES if repeat % 2 == 0 else POLICIES[::-1]
-        for name in order:
-            port = servers[name]["metrics"]
-            before = steps_by_k(port)
-            load = os.getloadavg()
-            client = bench_client(
-                servers[name]["http"], model, prompts, concurrency, n, args.max_tokens
-            )
-            after = steps_by_k(port)
-            runs[name].append(
-                {
-                    "repeat": repeat,
-                    "client": client,
-                    "steps_by_k": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after},
-                    "load_average": [load, os.getloadavg()],
-                }
-            )
-        print(
-            f"concurrency {concurrency} repeat {repeat}: "
-            + ", ".join(
-                f"{name} {runs[name][-1]['client']['output_throughput']:.1f} tok/s"
-                for name in POLICIES
-            ),
-            file=sys.stderr,
-            flush=True,
-        )
+    runs = run_rounds(
+        servers, model, prompts, concurrency, args,
+        lambda repeat: POLICIES if repeat % 2 == 0 else POLICIES[::-1],
+    )  # fmt: skip
     ratios = [
         a["client"]["output_throughput"] / t["client"]["output_throughput"]
         for a, t in zip(runs["adaptive"], runs["table"], strict=True)
@@ -201,19 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         "profile": str(args.profile.resolve().relative_to(ROOT)),
         "schedule": schedule,
         "allowed_k": allowed,
-        "prompts": count,
-        "max_tokens": args.max_tokens,
-        "requests_per_stream": args.requests_per_stream,
-        "repeats": args.repeats,
-        "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.perf_counter() - started, 1),
+        **run_facts(args, count, load_start, started),
         "levels": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "addon_policy_ab.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "addon_policy_ab.md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, "addon_policy_ab", result, markdown(result))
     return 0
 
 

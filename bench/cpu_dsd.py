@@ -81,7 +81,7 @@ import yaml
 if __package__ in (None, ""):  # run as a script: bench.* from the checkout's root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.addon_policy_ab import paired
+from bench.addon_policy_ab import paired, verdict
 from bench.addon_step_cost import T975
 from bench.step_trace import FACTORY, TRACE_ENV, StepTrace, read_trace
 from bench.vllm_server import (
@@ -591,11 +591,11 @@ def verdict_of(label: str, r: dict[str, float]) -> str:
     """Against the issue's 0.99 target, for the two comparisons it sets one for."""
     if not label.startswith(("addon-table /", "addon-adaptive /")) or label.endswith("vanilla"):
         return ""
-    if r["low"] >= TARGET:
-        return " — meets 0.99"
-    if r["high"] < TARGET:
-        return " — below 0.99"
-    return " — the interval spans 0.99: not resolved"
+    return {
+        "met": " — meets 0.99",
+        "missed": " — below 0.99",
+        "not resolved": " — the interval spans 0.99: not resolved",
+    }[verdict(r, TARGET)]
 
 
 def fmt_ratio(r: dict[str, float]) -> str:

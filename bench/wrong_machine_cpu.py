@@ -41,7 +41,6 @@ Writes ``bench/results/wrong_machine_cpu.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -53,9 +52,16 @@ from typing import Any
 
 import yaml
 
-from bench.addon_policy_ab import k_shares, paired, steps_by_k
+from bench.addon_policy_ab import (
+    k_shares,
+    paired,
+    run_facts,
+    run_rounds,
+    verdict,
+    write_result,
+)
 from bench.addon_step_cost import DEFAULT_PROFILE
-from bench.vllm_server import bench_client, server, write_prompts
+from bench.vllm_server import server, write_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 ISA_ENV = {
@@ -84,36 +90,11 @@ def run_level(
     concurrency: int,
     args: argparse.Namespace,
 ) -> dict[str, Any]:
-    """A warm-up per server, then ``repeats`` rounds of one run per server."""
-    n = concurrency * args.requests_per_stream
+    """A warm-up per server, then ``repeats`` rounds of one run per server, rotated."""
     names = list(servers)
-    for name in names:
-        bench_client(servers[name]["http"], model, prompts, concurrency, n, args.max_tokens)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
-    for round_ in range(args.repeats):
-        for name in rotated(names, round_):
-            port = servers[name]["metrics"]
-            before = steps_by_k(port) if port else {}
-            client = bench_client(
-                servers[name]["http"], model, prompts, concurrency, n, args.max_tokens
-            )
-            after = steps_by_k(port) if port else {}
-            runs[name].append(
-                {
-                    "round": round_,
-                    "client": client,
-                    "addon_steps_before": sum(before.values()) if port else None,
-                    "steps_by_k": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after},
-                    "load_average": os.getloadavg(),
-                }
-            )
-        print(
-            f"concurrency {concurrency} round {round_}: "
-            + ", ".join(f"{x} {runs[x][-1]['client']['output_throughput']:.1f}" for x in names)
-            + " tok/s",
-            file=sys.stderr,
-            flush=True,
-        )
+    runs = run_rounds(
+        servers, model, prompts, concurrency, args, lambda repeat: rotated(names, repeat)
+    )
     return {"concurrency": concurrency, "runs": runs, "ratios": ratios(runs)}
 
 
@@ -129,15 +110,6 @@ def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]
     best = [max(values) for values in zip(*(tps[name] for name in others), strict=True)]
     out["adaptive/best"] = paired([a / b for a, b in zip(mine, best, strict=True)])
     return out
-
-
-def verdict(p: dict[str, float]) -> str:
-    """met: the interval lies above the target; missed: below it; else not resolved."""
-    if p["low"] >= TARGET:
-        return "met"
-    if p["high"] < TARGET:
-        return "missed"
-    return "not resolved"
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -170,7 +142,7 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(
             f"| {level['concurrency']} | " + " | ".join(cells)
             + f" | {best['mean']:.3f} [{best['low']:.3f}, {best['high']:.3f}] | "
-            f"{verdict(best)} | {first:.0f} | {k_shares(level['runs']['adaptive'])} |"
+            f"{verdict(best, TARGET)} | {first:.0f} | {k_shares(level['runs']['adaptive'])} |"
         )  # fmt: skip
     lines += ["", "Paired ratios per concurrency (geometric mean [95% CI] over rounds):", ""]
     for level in result["levels"]:
@@ -251,19 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         "schedule": [list(map(int, row)) for row in spec["schedule"]],
         "allowed_k": allowed,
         "servers": list(configs),
-        "prompts": count,
-        "max_tokens": args.max_tokens,
-        "requests_per_stream": args.requests_per_stream,
-        "repeats": args.repeats,
-        "load_average_start": [round(x, 2) for x in load_start],
-        "load_average_end": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.perf_counter() - started, 1),
+        **run_facts(args, count, load_start, started),
         "levels": results,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / f"{args.name}.md").write_text(markdown(result))
-    print(markdown(result))
+    write_result(args.out, args.name, result, markdown(result))
     return 0
 
 

@@ -104,24 +104,27 @@ def _mismatch(
     cmp: Comparison,
     batch_sizes: Sequence[int],
     policies: Sequence[str],
+    name: str,
     steps: int,
     window: int,
-    label: str,
     progress: Progress,
     warmup_steps: int | None = None,
-) -> list[PolicyResult]:
+    **facts: Any,
+) -> ScenarioOutput:
+    """Every policy at every batch size, scored over the last ``window`` of ``steps`` too."""
     rows: list[PolicyResult] = []
+    label = name.replace("-", " ")
     for bs in batch_sizes:
         workload = ClosedLoop(bs, cmp.preset.workload.prompt, cmp.preset.workload.output)
 
-        def run_one(name: str, seed: int, wl: ClosedLoop = workload) -> Figures:
+        def run_one(policy: str, seed: int, wl: ClosedLoop = workload) -> Figures:
             extra: dict[str, float | int | None] = {}
-            if name == "oracle":
+            if policy == "oracle":
                 k, r = _oracle(cmp, wl, seed, steps, warmup_steps)
                 extra["oracle_k"] = k
             else:
                 r = cmp.run_named(
-                    name, wl, seed=seed, steps=steps, warmup_steps=warmup_steps, trace=True
+                    policy, wl, seed=seed, steps=steps, warmup_steps=warmup_steps, trace=True
                 )
             assert r.trace is not None
             return figures(
@@ -131,7 +134,8 @@ def _mismatch(
         rows += over_seeds(
             cmp, policies, run_one, batch_size=bs, label=f"{label} BS {bs}: ", progress=progress
         )
-    return rows
+    info: dict[str, Any] = {"name": name, "steps": steps, "window_steps": window, **facts}
+    return rows, info
 
 
 def compare_pessimistic_profile(
@@ -142,16 +146,10 @@ def compare_pessimistic_profile(
     progress: Progress = None,
 ) -> ScenarioOutput:
     """``cmp.profile`` must come from ``half_compute(cmp.preset)`` (the CLI makes it so)."""
-    rows = _mismatch(
-        cmp, batch_sizes, policies, PESSIMISTIC_STEPS, WINDOW, "pessimistic profile", progress
-    )
-    info: dict[str, Any] = {
-        "name": "pessimistic-profile",
-        "profiled_on": "half the dense compute of the serving GPU",
-        "steps": PESSIMISTIC_STEPS,
-        "window_steps": WINDOW,
-    }
-    return rows, info
+    return _mismatch(
+        cmp, batch_sizes, policies, "pessimistic-profile", PESSIMISTIC_STEPS, WINDOW, progress,
+        profiled_on="half the dense compute of the serving GPU",
+    )  # fmt: skip
 
 
 def compare_slower_machine(
@@ -164,14 +162,9 @@ def compare_slower_machine(
     """``cmp.preset`` must be ``uniformly_slower(profiled preset)`` (the CLI makes it so)."""
     steps = cmp.settings.steps
     window = min(WINDOW, steps // 2)
-    rows = _mismatch(cmp, batch_sizes, policies, steps, window, "slower machine", progress)
-    info: dict[str, Any] = {
-        "name": "slower-machine",
-        "slowdown": SLOWDOWN,
-        "steps": steps,
-        "window_steps": window,
-    }
-    return rows, info
+    return _mismatch(
+        cmp, batch_sizes, policies, "slower-machine", steps, window, progress, slowdown=SLOWDOWN
+    )
 
 
 def compare_wrong_machine(
@@ -182,15 +175,7 @@ def compare_wrong_machine(
     progress: Progress = None,
 ) -> ScenarioOutput:
     """``cmp.preset`` must be ``steeper_verification(profiled preset)`` (the CLI makes it so)."""
-    rows = _mismatch(
-        cmp, batch_sizes, policies, WRONG_MACHINE_STEPS, WRONG_MACHINE_WINDOW,
-        "wrong machine", progress, warmup_steps=0,
+    return _mismatch(
+        cmp, batch_sizes, policies, "wrong-machine", WRONG_MACHINE_STEPS, WRONG_MACHINE_WINDOW,
+        progress, warmup_steps=0, verify_slope=cmp.preset.verify_slope,
     )  # fmt: skip
-    info: dict[str, Any] = {
-        "name": "wrong-machine",
-        "verify_slope": cmp.preset.verify_slope,
-        "steps": WRONG_MACHINE_STEPS,
-        "warmup_steps": 0,
-        "window_from_step": WRONG_MACHINE_STEPS - WRONG_MACHINE_WINDOW,
-    }
-    return rows, info
