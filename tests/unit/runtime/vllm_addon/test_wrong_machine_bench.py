@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench import wrong_machine_cpu as bench
+from bench.addon_policy_ab import verdict
 
 
 def runs(**tps: list[float]) -> dict[str, list[dict[str, object]]]:
@@ -32,6 +33,6 @@ def test_adaptive_is_paired_with_the_best_other_server_of_the_same_round() -> No
 
 def test_the_verdict_needs_the_whole_interval_on_one_side_of_the_target() -> None:
     target = bench.TARGET
-    assert bench.verdict({"mean": 1.0, "low": 0.991, "high": 1.01}, target) == "met"
-    assert bench.verdict({"mean": 0.95, "low": 0.93, "high": 0.98}, target) == "missed"
-    assert bench.verdict({"mean": 1.0, "low": 0.9, "high": 1.1}, target) == "not resolved"
+    assert verdict({"mean": 1.0, "low": 0.991, "high": 1.01}, target) == "met"
+    assert verdict({"mean": 0.95, "low": 0.93, "high": 0.98}, target) == "missed"
+    assert verdict({"mean": 1.0, "low": 0.9, "high": 1.1}, target) == "not resolved"
