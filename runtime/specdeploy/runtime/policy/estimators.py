@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -198,9 +199,14 @@ class CostEstimator:
     Evidence forgets with a half-life of ``half_life_steps`` timed steps.
     """
 
-    _SUMS = ("n", "f1", "f2", "f3", "ms", "f1f1", "f1ms", "f1f2", "f1f3", "f2f3", "f3f3", "f3ms")
+    _SUMS = (
+        "n", "f1", "f2", "f3", "ms",
+        "f1f1", "f1f2", "f1f3", "f1ms", "f2f2", "f2f3", "f2ms", "f3f3", "f3ms", "msms",
+    )  # fmt: skip
     """The per-(batch size, K) sums kept (f1: the profile's prediction, f2: the context
-    shift, f3: the draft tokens verified, ms: the step time)."""
+    shift, f3: the draft tokens verified, ms: the step time): every fit reads them."""
+    _AT: ClassVar[dict[str, int]] = {name: j for j, name in enumerate(_SUMS)}
+    _X = ("f1", "f2", "f3")
 
     def __init__(
         self,
@@ -218,11 +224,12 @@ class CostEstimator:
         self._half_life = half_life_steps
         self._reference = prior.reference_context
         self._ks = frozenset(prior.ks)
+        self.count = np.zeros(self.buckets)
+        """Decayed timed steps per bucket (derived from the sums at each fold)."""
         self._xtx = np.zeros((self.buckets, 3, 3))
-        """Per bucket: sums of the outer products of (f1, f2, f3)."""
         self._xty = np.zeros((self.buckets, 3))
         self._yy = np.zeros(self.buckets)
-        self.count = np.zeros(self.buckets)
+        """Per bucket: X'X, X'y and y'y of X = (f1, f2, f3), y the step time (derived too)."""
         ks = sorted(self._ks)
         self._k_index = [-1] * (max(ks) + 1)
         for i, k in enumerate(ks):
@@ -243,15 +250,16 @@ class CostEstimator:
         self._var_scale = np.zeros(self.buckets)
         self._var_draft = np.zeros(self.buckets)
         """Posterior variances of s_b and d_b (in units of the residual variance)."""
-        self._slope_known = np.zeros(self.buckets, dtype=bool)
-        """Per bucket: whether its steps of K >= 1 verified different numbers of tokens
-        at some batch size (else d_b is the global slope or the prior's 0)."""
-        self._beta_floor = np.zeros(self.buckets)
+        sizes = np.arange(1, max_batch_size + 1, dtype=np.float64)
+        self._beta_floor = np.full(self.buckets, np.inf)
         """Per bucket, the profile's smallest cost per verified token (ms): d_b stays
         above minus this times s_b."""
-        for b in range(self.buckets):
-            sizes = [bs for bs in range(1, max_batch_size + 1) if self._bucket[bs] == b]
-            self._beta_floor[b] = min((prior.beta_at(bs) for bs in sizes), default=0.0)
+        np.minimum.at(
+            self._beta_floor,
+            self._size_bucket[1:],
+            np.interp(sizes, prior.beta_sizes, prior.beta),
+        )
+        self._beta_floor[np.isinf(self._beta_floor)] = 0.0
 
     def add(
         self, batch_size: int, k: int, verified_tokens: int, context_tokens: int, ms: float
@@ -267,41 +275,34 @@ class CostEstimator:
             return
         pending, self._pending = self._pending, []
         keep = 0.5 ** (len(pending) / self._half_life)
-        self._xtx *= keep
-        self._xty *= keep
-        self._yy *= keep
-        self.count *= keep
         self._sums *= keep
         ref = self._reference
         for bs, k, verified, context, ms in pending:
             f1 = self.prior.itl_ms(bs, k, verified, bs * ref)
             f2 = context - bs * ref
             f3 = max(verified - bs, 0.0)
-            x = np.array((f1, f2, f3))
-            b = self._bucket[bs]
-            self._xtx[b] += np.outer(x, x)
-            self._xty[b] += x * ms
-            self._yy[b] += ms * ms
-            self.count[b] += 1.0
             self._sums[bs, self._k_index[k]] += (
-                1.0,
-                f1,
-                f2,
-                f3,
-                ms,
-                f1 * f1,
-                f1 * ms,
-                f1 * f2,
-                f1 * f3,
-                f2 * f3,
-                f3 * f3,
-                f3 * ms,
-            )
+                1.0, f1, f2, f3, ms,
+                f1 * f1, f1 * f2, f1 * f3, f1 * ms, f2 * f2, f2 * f3, f2 * ms, f3 * f3, f3 * ms,
+                ms * ms,
+            )  # fmt: skip
+        self._bucket_moments()
         for _ in range(2):  # the scales given the slopes, the slopes given the scales
             self._refit_scales()
             self._refit_draft_cost()
         self._refit_residual()
         self._refit_k_ratios()
+
+    def _bucket_moments(self) -> None:
+        """Per bucket, from the sums: the step count, X'X and X'y of X = (f1, f2, f3), y'y."""
+        at, x = self._AT, self._X
+        totals = np.zeros((self.buckets, len(self._SUMS)))
+        np.add.at(totals, self._size_bucket, self._sums.sum(axis=1))
+        self.count = totals[:, at["n"]]
+        pair = [[at["".join(sorted((a, b)))] for b in x] for a in x]
+        self._xtx = totals[:, pair]
+        self._xty = totals[:, [at[f"{a}ms"] for a in x]]
+        self._yy = totals[:, at["msms"]]
 
     def _refit_scales(self) -> None:
         """s, g and s_b, with the draft tokens priced at the current d_b."""
@@ -338,7 +339,7 @@ class CostEstimator:
         token). The tokens a step verifies vary within one K where the drafter
         proposes fewer than K (n-gram), and across K where more than one K ran.
         """
-        i = {name: j for j, name in enumerate(self._SUMS)}
+        i = self._AT
         speculative = [j for k, j in enumerate(self._k_index) if k > 0 and j >= 0]
         sums = self._sums[:, speculative, :].sum(axis=1)
         n = np.maximum(sums[:, i["n"]], 1e-12)
@@ -363,14 +364,14 @@ class CostEstimator:
         variance = np.bincount(buckets, np.where(varies, spread, 0.0), minlength=self.buckets)
         moved = np.bincount(buckets, per_size, minlength=self.buckets)
         steps = np.bincount(buckets, sums[:, i["n"]], minlength=self.buckets)
-        self._slope_known = variance > 1e-9
+        known = variance > 1e-9
         # A bucket without evidence keeps the profile's price (d_b = 0): neither a cost
         # in ms fitted at another batch size (verification is ~free where decoding is
         # memory-bound and dear where it is compute-bound) nor a multiple of the
         # profile's slope (which holds an EAGLE head's K passes too) carries over.
-        for b in np.flatnonzero(~self._slope_known):
+        for b in np.flatnonzero(~known):
             self.draft_token_ms[b], self._var_draft[b] = 0.0, 0.0
-        for b in np.flatnonzero(self._slope_known):
+        for b in np.flatnonzero(known):
             reg_b = self._weight * float(variance[b]) / float(steps[b])
             d = float(moved[b]) / (float(variance[b]) + reg_b)
             self.draft_token_ms[b] = max(d, -float(self.scale[b]) * float(self._beta_floor[b]))
@@ -391,7 +392,7 @@ class CostEstimator:
 
     def _refit_k_ratios(self) -> None:
         """r_K given the scales, slopes and g: ridge toward 1, ``prior_weight`` pseudo-steps."""
-        i = {name: j for j, name in enumerate(self._SUMS)}
+        i = self._AT
         sums = self._sums
         scale = self.scale[self._size_bucket][:, None]
         a = (scale * scale * sums[:, :, i["f1f1"]]).sum(axis=0)
