@@ -15,6 +15,7 @@ regex-escaped as Grafana's Prometheus data source does.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,8 @@ class Panel:
     queries: tuple[Query, ...]
     style: str = "lines"
     """How a time series draws: ``lines``, ``bars`` or ``percent`` (stacked to 100 %)."""
+    thresholds: tuple[tuple[float, str], ...] = ()
+    """(from value, colour) steps, the first from -inf, when the panel colours by them."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,22 @@ def _style(custom: Mapping[str, Any]) -> str:
     return "bars" if custom.get("drawStyle") == "bars" else "lines"
 
 
+THRESHOLD_COLOURS = {"red": "#f2495c", "green": "#73bf69", "yellow": "#fade2a"}
+"""Grafana's named colours, as its dark theme draws them."""
+
+
+def _thresholds(defaults: Mapping[str, Any]) -> tuple[tuple[float, str], ...]:
+    """The panel's threshold steps when it colours by them (None, JSON's -inf, as -inf)."""
+    steps = (defaults.get("thresholds") or {}).get("steps") or []
+    return tuple(
+        (
+            -math.inf if step.get("value") is None else float(step["value"]),
+            THRESHOLD_COLOURS.get(step["color"], step["color"]),
+        )
+        for step in steps
+    )
+
+
 def parse(document: Mapping[str, Any]) -> Board:
     """The parts of one dashboard's JSON that decide what Prometheus is asked."""
     variables = [_variable(v) for v in document.get("templating", {}).get("list", [])]
@@ -157,6 +176,7 @@ def parse(document: Mapping[str, Any]) -> Board:
                 grid,
                 _queries(raw),
                 _style(defaults.get("custom") or {}),
+                _thresholds(defaults),
             )
         )
     return Board(

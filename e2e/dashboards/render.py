@@ -141,6 +141,7 @@ def _draw_lines(ax: Axes, result: PanelResult) -> None:
                 ax.plot(line.times, line.values, dash, color=color, linewidth=1.2, label=line.name)
     if style == "bars" and not any(v for line in series for v in line.values):
         ax.set_ylim(0, 1)  # all zero (no errors): a baseline at the bottom, as Grafana draws it
+    _draw_thresholds(ax, result.panel.thresholds)
     ax.legend(
         loc="upper left",
         fontsize=6,
@@ -150,6 +151,30 @@ def _draw_lines(ax: Axes, result: PanelResult) -> None:
         edgecolor=GRID,
         ncols=2 if len(series) > 4 else 1,
     )
+
+
+def _draw_thresholds(ax: Axes, steps: Sequence[tuple[float, str]]) -> None:
+    """Grafana's ``line+area`` threshold style: each step's band shaded, its edge a line."""
+    if not steps:
+        return
+    low, high = ax.get_ylim()
+    margin = 0.05 * (high - low or 1.0)
+    low, high = low - margin, high + margin
+    for (start, colour), (end, _) in itertools.pairwise([*steps, (math.inf, "")]):
+        if max(start, low) < min(end, high):
+            ax.axhspan(max(start, low), min(end, high), color=colour, alpha=0.08, linewidth=0)
+        if low < start < high:
+            ax.axhline(start, color=colour, linewidth=0.8, alpha=0.8)
+    ax.set_ylim(low, high)
+
+
+def threshold_colour(steps: Sequence[tuple[float, str]], value: float) -> str | None:
+    """The colour of the last step at or below ``value`` (None: the panel has no steps)."""
+    found = None
+    for start, colour in steps:
+        if value >= start:
+            found = colour
+    return found
 
 
 def _bar_width(times: Sequence[float]) -> float:
@@ -179,19 +204,19 @@ def _draw_stat(ax: Axes, result: PanelResult) -> None:
         ax.fill_between(line.times, line.values, color=PALETTE[i % len(PALETTE)], alpha=0.25)
     ax.set_xticks([])
     ax.set_yticks([])
-    unit = result.panel.unit
-    text = "\n".join(f"{unit_format(unit, line.values[-1])}   {line.name}" for line in series)
-    ax.text(
-        0.5,
-        0.5,
-        text,
-        color=PALETTE[0],
-        ha="center",
-        va="center",
-        fontsize=12,
-        weight="bold",
-        transform=ax.transAxes,
-    )
+    unit, steps = result.panel.unit, result.panel.thresholds
+    for i, line in enumerate(series):
+        ax.text(
+            0.5,
+            0.5 + 0.18 * ((len(series) - 1) / 2 - i),
+            f"{unit_format(unit, line.values[-1])}   {line.name}",
+            color=threshold_colour(steps, line.values[-1]) or PALETTE[0],
+            ha="center",
+            va="center",
+            fontsize=12,
+            weight="bold",
+            transform=ax.transAxes,
+        )
 
 
 def _draw_table(ax: Axes, result: PanelResult) -> None:

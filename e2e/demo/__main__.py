@@ -8,6 +8,7 @@ names it). With ``--keep`` (``make demo KEEP=1``) the cluster stays up and the
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from e2e.dashboards.prom import QueryError
 from e2e.dashboards.render import render_dashboards
-from e2e.demo import builds, observe, table
+from e2e.demo import builds, observe, phases, table
 from e2e.demo.helm import Helm, HelmFailed, chart_dir
 from e2e.localcluster import binaries, cluster, service_url
 from e2e.localcluster.fleet_view import load_summary, start_load
@@ -29,11 +30,17 @@ FLEET = "h100=1,l40s=1"
 """Two GPU types: the example (no pools listed) gets one pool per type discovered."""
 NAMESPACE = "demo"
 EXAMPLE = "examples/specdeploy.yaml"
-INTERVAL = "8s"
+INTERVAL_S = 10
+"""The shortest telemetry interval the operator takes (``telemetry.interval.MIN_SECONDS``)."""
 PROMETHEUS_VALUE = "operator.prometheusURL"
 """The chart value that points the operator at Prometheus (the cluster's, here)."""
-PHASES = (("chat", 45), ("random", 60))
-"""The load: chat prompts, then a shift to random text (acceptance drops, K follows)."""
+RESTART_VALUE = "operator.floor.restartSeconds"
+RESTART_S = 2.0
+"""What a serving pod's restart costs here: an emulated vLLM pod is Ready about a second
+after it starts (a real 8B model takes minutes: the chart's default is 120 s). The live
+floor waits for a losing streak of this over the loss before a restart pays."""
+CHUNK_S = 15
+"""A phase that waits for a floor state runs its load in chunks of this, looking between."""
 STATUS_EVERY_S = 4.0
 REFRESH_S = 15.0
 READY_TIMEOUT_S = 300.0
@@ -85,6 +92,11 @@ class StatusPrinter:
             log(text)
             self.shape, self.text, self.printed_at = shape, text, self.clock.now()
 
+    def force(self) -> None:
+        """Print the table now (a phase's end), whatever changed."""
+        self.shape = None
+        self()
+
 
 def sdep_phase(api: KubeApi, name: str) -> str:
     body = api.get(paths.path("SpeculativeDeployment", NAMESPACE, name))
@@ -104,7 +116,7 @@ def watch(printer: StatusPrinter, seconds: float, done: Callable[[], bool] = lam
 
 def install_chart(running: cluster.Cluster, clock: Clock) -> None:
     helm = Helm(running.kubeconfig, running.layout.root / "helm")
-    values = {PROMETHEUS_VALUE: running.prometheus_url}
+    values = {PROMETHEUS_VALUE: running.prometheus_url, RESTART_VALUE: str(RESTART_S)}
     log(f"helm install specdeploy {chart_dir()} (values: {values})")
     helm.install(chart_dir(), values)
     clock.step("helm install (CRDs, hook, operator pod Ready)")
@@ -112,23 +124,72 @@ def install_chart(running: cluster.Cluster, clock: Clock) -> None:
 
 def apply_example(api: KubeApi) -> str:
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    body = observe.example(binaries.repo_root() / EXAMPLE, interval=INTERVAL)
+    body = observe.example(binaries.repo_root() / EXAMPLE, interval=f"{INTERVAL_S}s")
     api.post(paths.path("SpeculativeDeployment", NAMESPACE), body)
     name = str(body["metadata"]["name"])
-    log(f"applied {EXAMPLE} as {NAMESPACE}/{name} (telemetry interval {INTERVAL} for the demo)")
+    log(f"applied {EXAMPLE} as {NAMESPACE}/{name} (telemetry interval {INTERVAL_S} s for the demo)")
     return name
 
 
-def drive_load(running: cluster.Cluster, name: str, printer: StatusPrinter, out: Path) -> None:
+def drive_load(
+    running: cluster.Cluster, api: KubeApi, name: str, printer: StatusPrinter, out: Path
+) -> list[dict[str, object]]:
+    """Every phase's load through the Service; what the live floor showed in each."""
     url = service_url.find(running.layout.root, NAMESPACE, name, wait=60)
-    model = "llama-8b"
-    for workload, seconds in PHASES:
-        log(f"\nload: {workload} prompts, 8 streams, {seconds} s against {url}")
-        report = out / f"load-{workload}.json"
-        proc = start_load(url, model, workload, seconds, report)
-        watch(printer, seconds)
-        summary = load_summary(proc, report, timeout=seconds + 90)
-        log(f"load {workload}: {json.dumps(summary.get('requests', {}))}")
+    report = []
+    for number, phase in enumerate(phases.PHASES, 1):
+        log(f"\nload {number}: {phase.describe()}, 8 streams, against {url}")
+        report.append(run_phase(api, name, printer, phase, url, out / f"load-{number}"))
+    return report
+
+
+def run_phase(
+    api: KubeApi, name: str, printer: StatusPrinter, phase: phases.Phase, url: str, out: Path
+) -> dict[str, object]:
+    """One phase's load (in chunks when it waits for a floor state); its verdicts."""
+    started, wall = time.monotonic(), datetime.datetime.now(datetime.UTC)
+    first_seen: dict[str, float] = {}
+    sent = ok = chunks = 0
+    while True:
+        elapsed = time.monotonic() - started
+        chunk = max(int(phase.seconds - elapsed) if phase.until is None else CHUNK_S, 1)
+        chunks += 1
+        path = out.with_name(f"{out.name}-{phase.workload}-{chunks}.json")
+        proc = start_load(url, "llama-8b", phase.workload, chunk, path)
+        seen = watch(printer, chunk, lambda: _settled(api, name, phase, started, first_seen))
+        requests = load_summary(proc, path, timeout=chunk + 90).get("requests", {})
+        sent, ok = sent + int(requests.get("sent", 0)), ok + int(requests.get("ok", 0))
+        elapsed = time.monotonic() - started
+        if (
+            phase.until is None
+            or elapsed >= phase.cap_seconds
+            or (seen and elapsed >= phase.seconds)
+        ):
+            break
+    printer.force()
+    log(f"load {phase.workload}, {elapsed:.0f} s: {ok} of {sent} requests ok")
+    pools = phases.pools_now(api.get(paths.path("SpeculativeDeployment", NAMESPACE, name)))
+    found = phases.verdicts(pools, phase, wall, first_seen, INTERVAL_S)
+    for verdict in found if phase.until else ():
+        log(f"  live floor: {verdict.line()}")
+    return {
+        **phases.as_json(phase, found),
+        "seconds": round(elapsed),
+        "requests": {"sent": sent, "ok": ok},
+    }
+
+
+def _settled(
+    api: KubeApi, name: str, phase: phases.Phase, started: float, first_seen: dict[str, float]
+) -> bool:
+    """Whether every pool runs the phase's floor state, rolled out; notes when each did."""
+    if phase.until is None:
+        return False
+    pools = phases.pools_now(api.get(paths.path("SpeculativeDeployment", NAMESPACE, name)))
+    for pool in pools:
+        if pool.state == phase.until and pool.settled:
+            first_seen.setdefault(pool.gpu, round(time.monotonic() - started, 1))
+    return phases.reached(pools, phase.until)
 
 
 def run(workdir: Path, out: Path, *, keep: bool) -> int:
@@ -147,8 +208,9 @@ def run(workdir: Path, out: Path, *, keep: bool) -> int:
         clock.step("example profiled and Ready")
         load_started = clock.now()
         out.mkdir(parents=True, exist_ok=True)
-        drive_load(running, name, printer, out)
-        clock.step("traffic with a prompt-mix shift")
+        floor = drive_load(running, api, name, printer, out)
+        (out / "demo-floor.json").write_text(json.dumps(floor, indent=1) + "\n")
+        clock.step("traffic: chat, random text, chat (the live floor's round trip)")
         window = int(clock.now() - load_started) + 30
         pngs = render_dashboards(running.prometheus_url, out / "dashboards", window_s=window)
         clock.step(f"{len(pngs)} dashboard(s) drawn, every panel from the live Prometheus")

@@ -1,9 +1,10 @@
 """The fleet's status as a ``kubectl get sdep``-style table, one row per pool. Pure.
 
 The columns join two sources the way an operator on call would: the
-SpeculativeDeployment's status (phase, pool state, replicas, the table in
-force) and Prometheus (the K the add-ons chose last, acceptance over the
-last window, tokens per second served and the policy's predicted goodput).
+SpeculativeDeployment's status (phase, pool state, replicas, the live floor's
+decoding mode and its last R, the table in force) and Prometheus (the K the
+add-ons chose last, acceptance over the last window, tokens per second served
+and the policy's predicted goodput).
 Prometheus series are keyed by the ``specdeploy_pool`` target label, which is
 the pool's ``specdeploy.io/pool`` pod label: the GPU type as a label value.
 """
@@ -31,7 +32,20 @@ QUERIES: Mapping[str, str] = {
         '{job="specdeploy-addon"})'
     ),
 }
-COLUMNS = ("NAME", "PHASE", "POOL", "STATE", "READY", "K", "TABLE", "ACCEPT", "TOK/S", "PRED")
+COLUMNS = (
+    "NAME",
+    "PHASE",
+    "POOL",
+    "STATE",
+    "READY",
+    "DECODING",
+    "R",
+    "K",
+    "TABLE",
+    "ACCEPT",
+    "TOK/S",
+    "PRED",
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,10 @@ class PoolRow:
     gpu: str
     state: str
     ready: str
+    decoding: str
+    """``speculating`` | ``plain+canary`` (the live floor's state) | ``-`` (not judged yet)."""
+    ratio: str
+    """The live floor's last R with its 95% bounds (the canary's while plain)."""
     k: float | None
     table: str
     acceptance: float | None
@@ -56,6 +74,8 @@ class PoolRow:
             self.gpu,
             self.state,
             self.ready,
+            self.decoding,
+            self.ratio,
             _number(self.k, "{:.1f}"),
             self.table or "-",
             _number(self.acceptance, "{:.2f}"),
@@ -68,6 +88,19 @@ def _number(value: float | None, form: str) -> str:
     return "-" if value is None else form.format(value)
 
 
+def floor_cells(floor: Mapping[str, Any]) -> tuple[str, str]:
+    """The DECODING and R cells from a pool's ``status.pools[].floor``."""
+    state = floor.get("state")
+    decoding = {"plain": "plain+canary", "speculating": "speculating"}.get(str(state), "-")
+    ratio, low, high = (floor.get(k) for k in ("ratio", "ratioLow", "ratioHigh"))
+    if ratio is None:
+        return decoding, "-"
+    shown = f"{ratio:.2f}"
+    if low is not None and high is not None:
+        shown += f" [{low:.2f},{high:.2f}]"
+    return decoding, shown
+
+
 def pool_rows(sdep: Mapping[str, Any], samples: Samples) -> list[PoolRow]:
     """The rows of one SpeculativeDeployment (one per pool in its status)."""
     status = sdep.get("status") or {}
@@ -76,6 +109,7 @@ def pool_rows(sdep: Mapping[str, Any], samples: Samples) -> list[PoolRow]:
     for pool in status.get("pools") or []:
         key = label_value(pool["gpuType"])
         live = pool.get("live") or {}
+        decoding, ratio = floor_cells(pool.get("floor") or {})
         rows.append(
             PoolRow(
                 name=name,
@@ -83,6 +117,8 @@ def pool_rows(sdep: Mapping[str, Any], samples: Samples) -> list[PoolRow]:
                 gpu=pool["gpuType"],
                 state=pool.get("state", ""),
                 ready=f"{pool.get('readyReplicas', 0)}/{pool.get('replicas', 0)}",
+                decoding=decoding,
+                ratio=ratio,
                 k=samples.get("k", {}).get(key),
                 table=live.get("schedule") or pool.get("schedule") or "",
                 acceptance=samples.get("acceptance", {}).get(key),
@@ -92,12 +128,25 @@ def pool_rows(sdep: Mapping[str, Any], samples: Samples) -> list[PoolRow]:
         )
     if not rows:
         rows.append(
-            PoolRow(name, status.get("phase", "Pending"), "-", "", "", None, "", None, None, None)
+            PoolRow(
+                name,
+                status.get("phase", "Pending"),
+                "-",
+                "",
+                "",
+                "-",
+                "-",
+                None,
+                "",
+                None,
+                None,
+                None,
+            )
         )
     return rows
 
 
-LIVE_COLUMNS = ("ACCEPT", "TOK/S", "PRED")
+LIVE_COLUMNS = ("R", "ACCEPT", "TOK/S", "PRED")
 """Columns that move with every scrape; a change in the others is news at once."""
 
 

@@ -154,5 +154,27 @@ POOL_STATES = (
 """Pools per state (Profiling, RollingOut, Ready, Degraded, Failed), as the operator last
 listed them: the profiling state a pool has before it has any pod. ``max by`` first, so a
 standby operator's copy of the same series does not count twice."""
+OPERATOR_POOL = "specdeploy_namespace, specdeploy_deployment, specdeploy_pool"
+"""A pool in the operator's series (its own ``namespace`` label is the operator pod's)."""
+
+
+def live_ratio(bound: str) -> str:
+    """The live floor's R for one bound, per pool and source (pool | canary)."""
+    return (
+        f"max by ({OPERATOR_POOL}, source) (specdeploy_operator_pool_live_ratio"
+        f'{{{OPERATOR_POOL_SELECTOR}, bound="{bound}"}})'
+    )
+
+
+LIVE_RATIO = live_ratio("estimate")
+LIVE_RATIO_LOW = live_ratio("low")
+LIVE_RATIO_HIGH = live_ratio("high")
+"""R (the floor's evidence) and its 95% bounds: the pool's while it speculates, its
+canary's while it runs plain decoding (``source``)."""
+POOLS_PLAIN = (
+    f"sum(max by ({OPERATOR_POOL}) (specdeploy_operator_pool_floor_state"
+    f'{{{OPERATOR_POOL_SELECTOR}, state="plain"}})) or vector(0)'
+)
+"""Pools the live floor rolled to plain decoding (0 when none, not "no data")."""
 OPERATOR_POOLS = f"max(specdeploy_operator_pools{{{OPERATOR}}})"
 OPERATOR_LEADERS = f"sum(specdeploy_operator_leader{{{OPERATOR}}})"

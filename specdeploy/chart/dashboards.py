@@ -21,6 +21,7 @@ from typing import Literal
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus, stat, table, timeseries
 from grafana_foundation_sdk.builders.common import (
+    GraphThresholdsStyleConfig,
     ReduceDataOptions,
     StackingConfig,
     VizLegendOptions,
@@ -61,6 +62,9 @@ class PanelSpec:
     height: int = 8
     extra: dict[str, float] = field(default_factory=dict)
     """``min``/``max`` of the axis, when the quantity has natural bounds."""
+    thresholds: tuple[tuple[float | None, str], ...] = ()
+    """(from value, colour) steps, the first from -inf (None): a stat takes its colour from
+    them, a time series draws them as lines and shaded areas."""
 
 
 def t(expr: str, legend: str, *, dashed: bool = False) -> Target:
@@ -68,6 +72,8 @@ def t(expr: str, legend: str, *, dashed: bool = False) -> Target:
 
 
 DASHED = [dm.DynamicConfigValue("custom.lineStyle", {"fill": "dash", "dash": [10, 10]})]
+LOSS_BELOW_ONE = ((None, "red"), (1.0, "green"))
+"""Against plain decoding: red where speculation loses (below 1.0x), green where it wins."""
 
 
 POOL_LEGEND = "{{specdeploy_deployment}}/{{specdeploy_pool}}"
@@ -103,11 +109,29 @@ def _panel(spec: PanelSpec, panel_id: int) -> gd.Panel:
         builder = builder.min(spec.extra["min"])
     if "max" in spec.extra:
         builder = builder.max(spec.extra["max"])
+    if spec.thresholds:
+        builder = _with_thresholds(builder, spec.thresholds)
     for i, target in enumerate(spec.targets):
         builder = builder.with_target(_target(i, target, instant=spec.kind == "table"))
         if target.dashed:
             builder = builder.override_by_query(chr(ord("A") + i), DASHED)
     return builder  # type: ignore[return-value]  # every panel builder builds a dm.Panel
+
+
+def _with_thresholds(
+    builder: timeseries.Panel | stat.Panel | table.Panel,
+    steps: tuple[tuple[float | None, str], ...],
+) -> timeseries.Panel | stat.Panel | table.Panel:
+    """Colour by ``steps``: a stat's value, a time series' threshold lines and areas."""
+    config = gd.ThresholdsConfig().mode(dm.ThresholdsMode.ABSOLUTE)
+    builder = builder.thresholds(config.steps([dm.Threshold(v, c) for v, c in steps]))
+    if isinstance(builder, stat.Panel):
+        builder = builder.color_scheme(gd.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
+        return builder.color_mode(common.BigValueColorMode.VALUE)
+    if isinstance(builder, timeseries.Panel):
+        style = GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.LINE_AND_AREA)
+        return builder.thresholds_style(style)
+    return builder
 
 
 def _variables(multi: bool) -> list[gd.QueryVariable | gd.DatasourceVariable]:
@@ -272,17 +296,47 @@ def goodput_panels() -> list[PanelSpec]:
         PanelSpec(
             "Estimated speedup over plain decoding",
             "The policy's predicted goodput for the K in force over plain vLLM's, at the "
-            "smoothed batch size. Below 1: speculation loses (the operator's floor reads this).",
+            "smoothed batch size, from the add-on of each speculating pod (red below 1.0x: "
+            "speculation loses). A pool the live floor rolled to plain decoding runs no "
+            "add-on: only its canary shows here; the live floor panels below say which.",
             "suffix: x",
             (t(q.SPEEDUP, POOL_LEGEND),),
             kind="stat",
             width=6,
+            thresholds=LOSS_BELOW_ONE,
         ),
         PanelSpec(
             "Output tokens per second (vLLM)",
             "vllm:generation_tokens_total: what the pool serves, all sequences together.",
             "suffix: tok/s",
             (t(q.GENERATION_TOKENS, POOL_LEGEND),),
+            width=6,
+        ),
+        PanelSpec(
+            "Live floor: throughput over plain decoding (R, operator)",
+            "The operator's R per telemetry window: what the pods ran over plain decoding at "
+            "the batch sizes they served, with its 95% bounds (dashed). Source pool: the pool "
+            "speculates; canary: the live floor rolled the pool to plain decoding and one "
+            "canary replica speculates to measure the way back (R's upper bound below 1 - "
+            "margin for some windows sends a pool to plain, the canary's lower bound above "
+            "1 + margin brings it back).",
+            "suffix: x",
+            (
+                t(q.LIVE_RATIO, f"{POOL_LEGEND} R ({{{{source}}}})"),
+                t(q.LIVE_RATIO_LOW, f"{POOL_LEGEND} low ({{{{source}}}})", dashed=True),
+                t(q.LIVE_RATIO_HIGH, f"{POOL_LEGEND} high ({{{{source}}}})", dashed=True),
+            ),
+            width=18,
+            thresholds=LOSS_BELOW_ONE,
+        ),
+        PanelSpec(
+            "Pools in plain decoding (live floor)",
+            "Pools the live floor rolled to plain decoding on live evidence that speculation "
+            "lost (specdeploy_operator_pool_floor_state); 0 when every pool speculates. "
+            "`kubectl get sdep` and the pool's status say why.",
+            "short",
+            (t(q.POOLS_PLAIN, "plain decoding"),),
+            kind="stat",
             width=6,
         ),
     ]

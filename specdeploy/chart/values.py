@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from specdeploy.operator.config import DEFAULT_FLOOR
 from specdeploy.operator.naming import OPERATOR_LEASE
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -70,6 +71,23 @@ class LeaderElection(_Values):
     retry_period: float = Field(2.0, gt=0, description="seconds between renewals and tries")
 
 
+class Floor(_Values):
+    """The live floor's timings (``--floor-*``): what a restart of a serving pod costs here."""
+
+    restart_seconds: float = Field(
+        DEFAULT_FLOOR.restart_seconds,
+        gt=0,
+        description="one serving replica's restart, model load to Ready: a pool goes to "
+        "plain decoding once its losing streak has lasted this long over the loss",
+    )
+    probe_after_seconds: float = Field(
+        DEFAULT_FLOOR.probe_after_seconds,
+        gt=0,
+        description="plain decoding this long without a canary window (no spare GPU for "
+        "it), then speculate again to measure",
+    )
+
+
 class Operator(_Values):
     """The rest of ``specdeploy operator run``'s flags."""
 
@@ -83,6 +101,7 @@ class Operator(_Values):
     )
     metrics_port: int = Field(9401, ge=1, le=65535)
     health_port: int = Field(8080, ge=1, le=65535, description="kopf's liveness endpoint")
+    floor: Floor = Field(default_factory=Floor)
     extra_args: list[str] = Field(default_factory=list)
 
 

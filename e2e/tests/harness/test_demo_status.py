@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
-from e2e.demo import builds, table
+from e2e.demo import builds, phases, table
 
 H100, L40S = "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"
 
@@ -40,7 +41,23 @@ def test_the_table_is_aligned_under_its_header_and_unknowns_show_as_a_dash() -> 
     assert len(lines) == 3
     state_at = lines[0].index("STATE")
     assert [line[state_at:].split()[0] for line in lines[1:]] == ["Ready", "Profiling"]
-    assert lines[1].split()[5:] == ["-", "-", "-", "-", "-"]
+    assert lines[1].split()[5:] == ["-"] * 7
+
+
+def test_the_live_floors_state_and_r_show_which_pools_run_plain_decoding() -> None:
+    body = sdep(
+        pool(H100, floor={"state": "plain", "ratio": 0.912, "ratioLow": 0.88, "ratioHigh": 0.94}),
+        pool(L40S, floor={"state": "speculating", "ratio": 1.31}),
+        pool("NVIDIA-A100-SXM4-80GB"),
+    )
+    plain, speculating, unjudged = table.pool_rows(body, {})
+    assert (plain.decoding, plain.ratio) == ("plain+canary", "0.91 [0.88,0.94]")
+    assert (speculating.decoding, speculating.ratio) == ("speculating", "1.31")
+    assert (unjudged.decoding, unjudged.ratio) == ("-", "-")
+    judged_again = sdep(pool(H100, floor={"state": "plain", "ratio": 0.95}))
+    flipped = sdep(pool(H100, floor={"state": "speculating", "ratio": 0.95}))
+    assert table.shape(table.pool_rows(judged_again, {})) == table.shape([plain])
+    assert table.shape(table.pool_rows(flipped, {})) != table.shape([plain])
 
 
 def test_a_deployment_without_pools_yet_still_shows_its_phase() -> None:
@@ -74,3 +91,39 @@ def test_live_numbers_alone_do_not_change_the_tables_shape_but_k_and_the_table_d
     assert table.shape(table.pool_rows(body, {"k": {key: 1.0}})) != base
     retabled = sdep(pool(H100, schedule="1-256:1"))
     assert table.shape(table.pool_rows(retabled, {"k": {key: 3.0}})) != base
+
+
+def test_a_phase_waiting_for_plain_decoding_needs_every_pool_rolled_out_in_that_state() -> None:
+    plain = {"state": "plain", "since": "2026-12-06T10:00:40Z", "ratio": 1.2}
+    rolling = sdep(pool(H100, floor=plain), pool(L40S, state="RollingOut", floor=plain))
+    done = sdep(pool(H100, floor=plain), pool(L40S, floor={**plain, "ratioLow": 1.1}))
+    assert not phases.reached(phases.pools_now(rolling), "plain")
+    assert phases.reached(phases.pools_now(done), "plain")
+    assert not phases.reached(phases.pools_now(done), "speculating")
+    assert not phases.reached([], "plain")
+
+
+def test_a_verdict_says_when_the_floor_decided_and_when_the_pool_served_so() -> None:
+    floor = {
+        "state": "plain",
+        "since": "2026-12-06T10:00:40Z",
+        "ratio": 0.91,
+        "ratioLow": 0.88,
+        "ratioHigh": 0.94,
+    }
+    body = sdep(pool(H100, floor=floor), pool(L40S, floor={"state": "speculating"}))
+    started = datetime.datetime(2026, 12, 6, 10, 0, 5, tzinfo=datetime.UTC)
+    random = phases.Phase("random", 30, until="plain", cap_seconds=240)
+    h100, l40s = phases.verdicts(phases.pools_now(body), random, started, {H100: 44.0}, 10)
+    assert (h100.reached, h100.decided_s, h100.serving_s, h100.ratio) == (
+        True,
+        35.0,
+        44.0,
+        (0.91, 0.88, 0.94),
+    )
+    assert "decided at 35 s (3.5 telemetry windows)" in h100.line()
+    assert "canary's R 0.910 [0.880, 0.940]" in h100.line()
+    assert (l40s.reached, l40s.decided_s, l40s.ratio) == (False, None, None)
+    assert l40s.line() == f"{L40S}: still speculating at the phase's end (R -)"
+    record = phases.as_json(random, [h100, l40s])
+    assert [p["reached"] for p in record["pools"]] == [True, False]

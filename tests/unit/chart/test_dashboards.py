@@ -51,7 +51,9 @@ def exported_names() -> set[str]:
     addon.gain_over_vanilla(1.5)
     addon.profile_acceptance((0.8, 0.6))
     operator = OperatorMetrics()
-    operator.known([failed_profiling("chat", "NVIDIA-L40S")])
+    judged = failed_profiling("judged", "NVIDIA-H100")
+    judged["status"]["pools"][0]["floor"] = {"state": "plain", "ratio": 1.1}
+    operator.known([failed_profiling("chat", "NVIDIA-L40S"), judged])
     vllm = VllmMetrics("llama", max_model_len=2048, num_spec_tokens=3)
     names = {"up"}
     for registry in (addon.registry, operator.registry, vllm.registry):

@@ -30,6 +30,17 @@ def test_parse_keeps_every_data_panel_and_the_rows_apart() -> None:
     assert all(q.instant for q in table.queries)
 
 
+def test_the_panels_against_plain_decoding_turn_red_below_one() -> None:
+    by_title = {p.title: p for p in POOL_BOARD.panels}
+    speedup = by_title["Estimated speedup over plain decoding"]
+    floor = by_title["Live floor: throughput over plain decoding (R, operator)"]
+    assert speedup.thresholds == floor.thresholds
+    red, green = panels.THRESHOLD_COLOURS["red"], panels.THRESHOLD_COLOURS["green"]
+    colours = [render.threshold_colour(speedup.thresholds, v) for v in (0.93, 0.999, 1.0, 1.4)]
+    assert colours == [red, red, green, green]
+    assert render.threshold_colour(by_title["Request rate (vLLM)"].thresholds, 0.5) is None
+
+
 @pytest.mark.parametrize(
     ("window", "scrape", "expected"),
     [

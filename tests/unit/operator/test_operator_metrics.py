@@ -72,6 +72,8 @@ FAMILIES = {
     "specdeploy_operator_telemetry_interval_seconds",
     "specdeploy_operator_profiling_failed",
     "specdeploy_operator_pool_state",
+    "specdeploy_operator_pool_floor_state",
+    "specdeploy_operator_pool_live_ratio",
     "specdeploy_operator_pool_wanted_replicas",
     "specdeploy_operator_pool_replica_capacity_tokens_per_second",
 }
@@ -461,6 +463,48 @@ def test_each_pools_state_is_one_series_that_moves_with_the_state() -> None:
     )
     assert old is None and gone is None
     assert pool_states([with_pools("b", gpu_0="")]) == set()  # no state yet: no series
+
+
+def with_floor(state: str, ratio: tuple[float, float, float] | None) -> dict[str, Any]:
+    floor: dict[str, Any] = {"state": state}
+    if ratio is not None:
+        floor.update(zip(("ratio", "ratioLow", "ratioHigh"), ratio, strict=True))
+    body = with_pools("a", gpu_0="Ready")
+    body["status"]["pools"][0]["floor"] = floor
+    return body
+
+
+def test_the_live_floor_state_and_r_follow_the_pool_from_speculating_to_plain() -> None:
+    metrics = OperatorMetrics()
+    labels = {"specdeploy_namespace": NS, "specdeploy_deployment": "a", "specdeploy_pool": "gpu-0"}
+
+    metrics.known([with_floor("speculating", (0.91, 0.88, 0.94))])
+    speculating = value(metrics, "pool_floor_state", **labels, state="speculating")
+    pool_high = value(metrics, "pool_live_ratio", **labels, source="pool", bound="high")
+    metrics.known([with_floor("plain", (1.2, 1.1, 1.3))])
+
+    assert (speculating, pool_high) == (1.0, 0.94)
+    assert value(metrics, "pool_floor_state", **labels, state="plain") == 1.0
+    assert value(metrics, "pool_live_ratio", **labels, source="canary", bound="low") == 1.1
+    stale = [
+        metrics.registry.get_sample_value(
+            "specdeploy_operator_pool_floor_state", {**labels, "state": "speculating"}
+        ),
+        metrics.registry.get_sample_value(
+            "specdeploy_operator_pool_live_ratio", {**labels, "source": "pool", "bound": "estimate"}
+        ),
+    ]
+    assert stale == [None, None]  # the speculating state's series went with it
+    metrics.known([with_floor("plain", None)])  # judged, no R yet: the state only
+    assert value(metrics, "pool_floor_state", **labels, state="plain") == 1.0
+    assert (
+        metrics.registry.get_sample_value(
+            "specdeploy_operator_pool_live_ratio", {**labels, "source": "canary", "bound": "low"}
+        )
+        is None
+    )
+    metrics.known([with_pools("a", gpu_0="Ready")])  # no floor recorded: no series
+    assert value(metrics, "pool_floor_state", **labels, state="plain") == 0.0
 
 
 def test_the_telemetry_interval_is_the_longest_among_the_deployments_read() -> None:

@@ -203,6 +203,47 @@ def pool_states(bodies: Iterable[Mapping[str, Any]]) -> set[PoolState]:
     return found
 
 
+FloorLabels = tuple[str, str, str, str]
+"""(namespace, deployment label value, pool label value, floor state) of one pool."""
+RatioLabels = tuple[str, str, str, str, str]
+"""(namespace, deployment label value, pool label value, source, bound) of one R series."""
+RATIO_BOUNDS = (("ratio", "estimate"), ("ratioLow", "low"), ("ratioHigh", "high"))
+"""``status.pools[].floor`` fields and the ``bound`` label each becomes."""
+
+
+def pool_floors(bodies: Iterable[Mapping[str, Any]]) -> dict[FloorLabels, dict[str, float]]:
+    """Each pool's live-floor state and its last R (``status.pools[].floor``), by bound.
+
+    R is the pool's while it speculates and its canary's while it runs plain
+    decoding (what the floor judges in each state); a pool the floor has not
+    judged yet has no entry, a judged one without R an empty mapping.
+    """
+    found: dict[FloorLabels, dict[str, float]] = {}
+    for body in bodies:
+        meta, status = body.get("metadata") or {}, body.get("status") or {}
+        name = label_value(str(meta.get("name") or ""))
+        for pool in status.get("pools") or ():
+            floor, gpu = pool.get("floor") or {}, str(pool.get("gpuType") or "")
+            if not gpu or not floor.get("state"):
+                continue
+            labels = (str(meta.get("namespace") or ""), name, label_value(gpu), floor["state"])
+            found[labels] = {
+                bound: float(floor[field])
+                for field, bound in RATIO_BOUNDS
+                if isinstance(floor.get(field), int | float)
+            }
+    return found
+
+
+def ratio_series(floors: Mapping[FloorLabels, Mapping[str, float]]) -> dict[RatioLabels, float]:
+    """R's series: source ``pool`` while speculating, ``canary`` while plain."""
+    return {
+        (ns, dep, pool, "canary" if state == "plain" else "pool", bound): value
+        for (ns, dep, pool, state), bounds in floors.items()
+        for bound, value in bounds.items()
+    }
+
+
 ScaleLabels = tuple[str, str, str, str]
 """(namespace, pool Deployment name, deployment label value, pool label value)."""
 
@@ -352,6 +393,24 @@ class OperatorMetrics:
             [*scale_labels, "specdeploy_pool"],
             registry=r,
         )
+        pool_labels = ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool"]
+        self.floor_state = Gauge(
+            PREFIX + "pool_floor_state",
+            "1 for each pool's live-floor state (speculating | plain: rolled to plain "
+            "decoding on live evidence, one canary replica speculating)",
+            [*pool_labels, "state"],
+            registry=r,
+        )
+        self.live_ratio = Gauge(
+            PREFIX + "pool_live_ratio",
+            "R: live throughput over plain decoding's at the batch sizes served, in the "
+            "floor's last judged window (source pool while speculating, canary while plain; "
+            "bound estimate | low | high, the 95% interval)",
+            [*pool_labels, "source", "bound"],
+            registry=r,
+        )
+        self._floors: set[FloorLabels] = set()
+        self._ratios: set[RatioLabels] = set()
         self._scaled: set[ScaleLabels] = set()
         self._sized: set[ScaleLabels] = set()
         self._failed: set[PoolLabels] = set()
@@ -404,6 +463,9 @@ class OperatorMetrics:
             self.profiling_failed, self._failed, profiling_failed_pools(bodies)
         )
         self._states = _flag_series(self.pool_state, self._states, pool_states(bodies))
+        floors = pool_floors(bodies)
+        self._floors = _flag_series(self.floor_state, self._floors, set(floors))
+        self._ratios = _value_series(self.live_ratio, self._ratios, ratio_series(floors))
         scaling = pool_scaling(bodies)
         self._scaled = _value_series(
             self.wanted_replicas, self._scaled, {k: w for k, (w, _) in scaling.items()}
