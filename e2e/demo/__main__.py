@@ -116,7 +116,10 @@ def watch(printer: StatusPrinter, seconds: float, done: Callable[[], bool] = lam
 
 def install_chart(running: cluster.Cluster, clock: Clock) -> None:
     helm = Helm(running.kubeconfig, running.layout.root / "helm")
-    values = {PROMETHEUS_VALUE: running.prometheus_url, RESTART_VALUE: str(RESTART_S)}
+    values: dict[str, str | float] = {
+        PROMETHEUS_VALUE: running.prometheus_url,
+        RESTART_VALUE: RESTART_S,
+    }
     log(f"helm install specdeploy {chart_dir()} (values: {values})")
     helm.install(chart_dir(), values)
     clock.step("helm install (CRDs, hook, operator pod Ready)")

@@ -27,9 +27,14 @@ def chart_dir() -> Path:
     return repo_root() / CHART
 
 
-def set_flags(values: Mapping[str, str]) -> list[str]:
-    """``--set key=value`` for each value (strings only: ``--set-string``)."""
-    return [f"--set-string={key}={value}" for key, value in sorted(values.items())]
+def set_flags(values: Mapping[str, str | float]) -> list[str]:
+    """``--set-string key=value`` for a string (never read as a number or a bool),
+    ``--set-json`` for a number: ``--set`` keeps ``2.0`` a string, which the chart's schema
+    refuses where it wants a number."""
+    return [
+        f"--set-string={key}={value}" if isinstance(value, str) else f"--set-json={key}={value}"
+        for key, value in sorted(values.items())
+    ]
 
 
 class Helm:
@@ -60,7 +65,7 @@ class Helm:
     def install(
         self,
         chart: Path,
-        values: Mapping[str, str],
+        values: Mapping[str, str | float],
         *,
         release: str = RELEASE,
         namespace: str = NAMESPACE,

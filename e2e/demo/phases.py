@@ -40,12 +40,14 @@ class Phase:
 
 PHASES = (
     Phase("chat", 45),
-    Phase("random", 30, until="plain", cap_seconds=240),
-    Phase("chat", 30, until="speculating", cap_seconds=240),
+    Phase("random", 30, until="plain", cap_seconds=120),
+    Phase("chat", 30, until="speculating", cap_seconds=120),
 )
 """The live floor needs three losing windows and a streak that outlasts a restart's cost
-over the loss (the demo's emulated pods restart in about a second); then the surged
-rollout. Coming back needs three winning canary windows."""
+over the loss (the demo's emulated pods restart in about a second), then the surged
+rollout: about 50 s of 10-s windows after the shift. Coming back needs three winning
+canary windows. A pool whose loss stays within the floor's margin keeps speculating: the
+random phase then runs to its cap (12 windows) and says so."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,12 @@ class Verdict:
     def line(self) -> str:
         r = "R -" if self.ratio is None else "R {:.3f} [{:.3f}, {:.3f}]".format(*self.ratio)
         if not self.reached:
-            return f"{self.gpu}: still {self.state or 'unjudged'} at the phase's end ({r})"
+            return (
+                f"{self.gpu}: {self.state or 'unjudged'} at the phase's end, {r} (the floor "
+                "acts once R's upper bound stays below 1 - margin)"
+            )
+        if self.decided_s is None or self.decided_s < 0:
+            return f"{self.gpu}: {self.state} throughout, {r}"
         decided = serving = ""
         if self.decided_s is not None:
             windows = self.decided_s / self.interval_s

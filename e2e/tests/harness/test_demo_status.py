@@ -124,6 +124,12 @@ def test_a_verdict_says_when_the_floor_decided_and_when_the_pool_served_so() -> 
     assert "decided at 35 s (3.5 telemetry windows)" in h100.line()
     assert "canary's R 0.910 [0.880, 0.940]" in h100.line()
     assert (l40s.reached, l40s.decided_s, l40s.ratio) == (False, None, None)
-    assert l40s.line() == f"{L40S}: still speculating at the phase's end (R -)"
+    assert l40s.line().startswith(f"{L40S}: speculating at the phase's end, R - (the floor")
+    back = phases.Phase("chat", 30, until="speculating", cap_seconds=120)
+    (stayed,) = phases.verdicts(phases.pools_now(sdep(pool(L40S, floor={
+        "state": "speculating", "since": "2026-12-06T09:00:00Z", "ratio": 2.5,
+        "ratioLow": 2.3, "ratioHigh": 2.7,
+    }))), back, started, {L40S: 0.0}, 10)  # fmt: skip
+    assert stayed.line() == f"{L40S}: speculating throughout, R 2.500 [2.300, 2.700]"
     record = phases.as_json(random, [h100, l40s])
     assert [p["reached"] for p in record["pools"]] == [True, False]
