@@ -39,7 +39,7 @@ install: $(STAMP)
 lock:
 	scripts/lock.sh
 
-# The fleet on the local cluster (e2e/demo): about 2.5 min warm on 2 cores; the first run
+# The fleet on the local cluster (e2e/demo): about 4.5 min warm on 2 cores; the first run
 # on a machine also builds the binaries (build.sh; the demo prints its estimate).
 demo: $(STAMP)
 	$(BIN)/python -m e2e.demo $(if $(KEEP),--keep)
