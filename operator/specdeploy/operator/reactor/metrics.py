@@ -165,6 +165,9 @@ def pools_of(bodies: Iterable[Mapping[str, Any]]) -> int:
     return sum(len((b.get("status") or {}).get("pools") or ()) for b in bodies)
 
 
+POOL_LABELS = ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool"]
+"""A pool's labels on the operator's series: the deployment's namespace (its own
+``namespace`` scrape label is the operator pod's), its name and pool as label values."""
 PoolLabels = tuple[str, str, str]
 """(namespace, deployment label value, pool label value) of one pool."""
 
@@ -370,13 +373,13 @@ class OperatorMetrics:
         self.profiling_failed = Gauge(
             PREFIX + "profiling_failed",
             "1 for each pool whose profiling failed (its Profiled condition says so)",
-            ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool"],
+            POOL_LABELS,
             registry=r,
         )
         self.pool_state = Gauge(
             PREFIX + "pool_state",
             "1 for each pool's current state (Profiling, RollingOut, Ready, Degraded, Failed)",
-            ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool", "state"],
+            [*POOL_LABELS, "state"],
             registry=r,
         )
         scale_labels = ["specdeploy_namespace", "deployment", "specdeploy_deployment"]
@@ -393,12 +396,11 @@ class OperatorMetrics:
             [*scale_labels, "specdeploy_pool"],
             registry=r,
         )
-        pool_labels = ["specdeploy_namespace", "specdeploy_deployment", "specdeploy_pool"]
         self.floor_state = Gauge(
             PREFIX + "pool_floor_state",
             "1 for each pool's live-floor state (speculating | plain: rolled to plain "
             "decoding on live evidence, one canary replica speculating)",
-            [*pool_labels, "state"],
+            [*POOL_LABELS, "state"],
             registry=r,
         )
         self.live_ratio = Gauge(
@@ -406,7 +408,7 @@ class OperatorMetrics:
             "R: live throughput over plain decoding's at the batch sizes served, in the "
             "floor's last judged window (source pool while speculating, canary while plain; "
             "bound estimate | low | high, the 95% interval)",
-            [*pool_labels, "source", "bound"],
+            [*POOL_LABELS, "source", "bound"],
             registry=r,
         )
         self._floors: set[FloorLabels] = set()
