@@ -60,6 +60,8 @@ class PoolFloorNow:
     """The pool's Deployment rolled out (status ``state`` Ready): it serves in this mode."""
     since: datetime.datetime | None
     ratio: tuple[float, float, float] | None
+    canary_judged: bool = False
+    """In plain decoding: R is the canary's (a canary window judged), not the pool's last."""
 
 
 def pools_now(sdep: Obj) -> list[PoolFloorNow]:
@@ -76,6 +78,7 @@ def pools_now(sdep: Obj) -> list[PoolFloorNow]:
                 settled=pool.get("state") == "Ready",
                 since=datetime.datetime.fromisoformat(since) if since else None,
                 ratio=bounds if None not in bounds else None,  # type: ignore[arg-type]
+                canary_judged=bool(floor.get("canaryAt")),
             )
         )
     return found
@@ -100,6 +103,7 @@ class Verdict:
     with its rollout done (the demo looks every few seconds)."""
     interval_s: float
     ratio: tuple[float, float, float] | None
+    canary_judged: bool = False
 
     def line(self) -> str:
         r = "R -" if self.ratio is None else "R {:.3f} [{:.3f}, {:.3f}]".format(*self.ratio)
@@ -117,7 +121,8 @@ class Verdict:
         if self.serving_s is not None:
             serving = f" serving so at {self.serving_s:.0f} s;"
         if self.state == "plain":
-            how = "its replicas decode plainly (1.00x by construction); the canary's"
+            whose = "the canary's" if self.canary_judged else "the pool's last"
+            how = f"its replicas decode plainly (1.00x by construction); {whose}"
         else:
             how = "its replicas speculate again, the canary gone; the pool's"
         return f"{self.gpu}: {self.state}{decided}{serving} {how} {r}"
@@ -145,6 +150,7 @@ def verdicts(
                 serving_s=first_seen.get(pool.gpu) if ok else None,
                 interval_s=interval_s,
                 ratio=pool.ratio,
+                canary_judged=pool.canary_judged,
             )
         )
     return out

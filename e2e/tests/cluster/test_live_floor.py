@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from e2e.localcluster import cluster, service_url
+from e2e.localcluster import cluster, prometheus, service_url
 from e2e.localcluster.fleet_view import children, load_summary, start_load
 from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import WaitTimeout, wait_for
@@ -89,6 +89,19 @@ def floor_state(admin: KubeApi, namespace: str) -> str | None:
 def speculates(deployment: Obj) -> bool:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     return any("--speculative-config" in str(a) for c in containers for a in c.get("args", []))
+
+
+def floor_series(prometheus_url: str, namespace: str, state: str) -> list[Obj] | None:
+    """R's series (source and bounds) Prometheus holds for the pool, once the operator's
+    floor-state series says ``state``; None before."""
+    pool = f'specdeploy_namespace="{namespace}", job="specdeploy-operator"'
+    states = prometheus.instant_query(
+        prometheus_url, f'specdeploy_operator_pool_floor_state{{{pool}, state="{state}"}} == 1'
+    )
+    ratios = prometheus.instant_query(
+        prometheus_url, f'specdeploy_operator_pool_live_ratio{{{pool}, bound="high"}}'
+    )
+    return ratios if states and ratios else None
 
 
 def deployments(admin: KubeApi, namespace: str) -> dict[str, Obj]:
@@ -194,6 +207,14 @@ def test_random_text_rolls_the_pool_to_plain_decoding_with_a_canary_and_chat_bri
         c for c in body["status"]["conditions"] if c["type"] == "SpeculationBeneficial"
     )
     assert (beneficial["status"], beneficial["reason"]) == ("False", "LiveFloorPlain")
+    # The dashboards' view: the operator's series, scraped by Prometheus, say it too.
+    scraped = wait_for(
+        lambda: floor_series(operator.prometheus_url, namespace, "plain"),
+        what="Prometheus to scrape the operator's plain floor state",
+        timeout=scaled(30),
+        interval=1,
+    )
+    assert len(scraped) == 1, scraped  # R's upper bound: one series, the pool's or canary's
 
     # Chat again: the canary's R wins for three windows; the pool speculates again.
     back = fleet.load_until(

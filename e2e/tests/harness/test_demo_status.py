@@ -110,6 +110,7 @@ def test_a_verdict_says_when_the_floor_decided_and_when_the_pool_served_so() -> 
         "ratio": 0.91,
         "ratioLow": 0.88,
         "ratioHigh": 0.94,
+        "canaryAt": "2026-12-06T10:00:50Z",
     }
     body = sdep(pool(H100, floor=floor), pool(L40S, floor={"state": "speculating"}))
     started = datetime.datetime(2026, 12, 6, 10, 0, 5, tzinfo=datetime.UTC)

@@ -465,8 +465,12 @@ def test_each_pools_state_is_one_series_that_moves_with_the_state() -> None:
     assert pool_states([with_pools("b", gpu_0="")]) == set()  # no state yet: no series
 
 
-def with_floor(state: str, ratio: tuple[float, float, float] | None) -> dict[str, Any]:
+def with_floor(
+    state: str, ratio: tuple[float, float, float] | None, canary_at: str | None = None
+) -> dict[str, Any]:
     floor: dict[str, Any] = {"state": state}
+    if canary_at:
+        floor["canaryAt"] = canary_at
     if ratio is not None:
         floor.update(zip(("ratio", "ratioLow", "ratioHigh"), ratio, strict=True))
     body = with_pools("a", gpu_0="Ready")
@@ -481,9 +485,11 @@ def test_the_live_floor_state_and_r_follow_the_pool_from_speculating_to_plain() 
     metrics.known([with_floor("speculating", (0.91, 0.88, 0.94))])
     speculating = value(metrics, "pool_floor_state", **labels, state="speculating")
     pool_high = value(metrics, "pool_live_ratio", **labels, source="pool", bound="high")
-    metrics.known([with_floor("plain", (1.2, 1.1, 1.3))])
+    metrics.known([with_floor("plain", (0.91, 0.88, 0.94))])  # flipped: still the pool's R
+    flipped = value(metrics, "pool_live_ratio", **labels, source="pool", bound="high")
+    metrics.known([with_floor("plain", (1.2, 1.1, 1.3), canary_at="2026-12-06T10:00:00Z")])
 
-    assert (speculating, pool_high) == (1.0, 0.94)
+    assert (speculating, pool_high, flipped) == (1.0, 0.94, 0.94)
     assert value(metrics, "pool_floor_state", **labels, state="plain") == 1.0
     assert value(metrics, "pool_live_ratio", **labels, source="canary", bound="low") == 1.1
     stale = [
@@ -495,7 +501,7 @@ def test_the_live_floor_state_and_r_follow_the_pool_from_speculating_to_plain() 
         ),
     ]
     assert stale == [None, None]  # the speculating state's series went with it
-    metrics.known([with_floor("plain", None)])  # judged, no R yet: the state only
+    metrics.known([with_floor("plain", None)])  # no R: the state only
     assert value(metrics, "pool_floor_state", **labels, state="plain") == 1.0
     assert (
         metrics.registry.get_sample_value(

@@ -214,14 +214,19 @@ RATIO_BOUNDS = (("ratio", "estimate"), ("ratioLow", "low"), ("ratioHigh", "high"
 """``status.pools[].floor`` fields and the ``bound`` label each becomes."""
 
 
-def pool_floors(bodies: Iterable[Mapping[str, Any]]) -> dict[FloorLabels, dict[str, float]]:
+FloorSeen = tuple[str, dict[str, float]]
+"""Whose R the floor holds (``pool`` | ``canary``) and its value by bound."""
+
+
+def pool_floors(bodies: Iterable[Mapping[str, Any]]) -> dict[FloorLabels, FloorSeen]:
     """Each pool's live-floor state and its last R (``status.pools[].floor``), by bound.
 
-    R is the pool's while it speculates and its canary's while it runs plain
-    decoding (what the floor judges in each state); a pool the floor has not
-    judged yet has no entry, a judged one without R an empty mapping.
+    R is the pool's while it speculates and its canary's once a canary window has
+    been judged in plain decoding (until then the floor still holds the pool's
+    last losing R); a pool the floor has not judged yet has no entry, a judged
+    one without R no bounds.
     """
-    found: dict[FloorLabels, dict[str, float]] = {}
+    found: dict[FloorLabels, FloorSeen] = {}
     for body in bodies:
         meta, status = body.get("metadata") or {}, body.get("status") or {}
         name = label_value(str(meta.get("name") or ""))
@@ -230,19 +235,23 @@ def pool_floors(bodies: Iterable[Mapping[str, Any]]) -> dict[FloorLabels, dict[s
             if not gpu or not floor.get("state"):
                 continue
             labels = (str(meta.get("namespace") or ""), name, label_value(gpu), floor["state"])
-            found[labels] = {
-                bound: float(floor[field])
-                for field, bound in RATIO_BOUNDS
-                if isinstance(floor.get(field), int | float)
-            }
+            canary = floor["state"] == "plain" and bool(floor.get("canaryAt"))
+            found[labels] = (
+                "canary" if canary else "pool",
+                {
+                    bound: float(floor[field])
+                    for field, bound in RATIO_BOUNDS
+                    if isinstance(floor.get(field), int | float)
+                },
+            )
     return found
 
 
-def ratio_series(floors: Mapping[FloorLabels, Mapping[str, float]]) -> dict[RatioLabels, float]:
-    """R's series: source ``pool`` while speculating, ``canary`` while plain."""
+def ratio_series(floors: Mapping[FloorLabels, FloorSeen]) -> dict[RatioLabels, float]:
+    """R's series, one per bound, labelled with whose R it is."""
     return {
-        (ns, dep, pool, "canary" if state == "plain" else "pool", bound): value
-        for (ns, dep, pool, state), bounds in floors.items()
+        (ns, dep, pool, source, bound): value
+        for (ns, dep, pool, _state), (source, bounds) in floors.items()
         for bound, value in bounds.items()
     }
 
@@ -406,8 +415,8 @@ class OperatorMetrics:
         self.live_ratio = Gauge(
             PREFIX + "pool_live_ratio",
             "R: live throughput over plain decoding's at the batch sizes served, in the "
-            "floor's last judged window (source pool while speculating, canary while plain; "
-            "bound estimate | low | high, the 95% interval)",
+            "floor's last judged window (source: the pool's, or its canary's once judged in "
+            "plain decoding; bound estimate | low | high, the 95% interval)",
             [*POOL_LABELS, "source", "bound"],
             registry=r,
         )
