@@ -114,12 +114,9 @@ class Verdict:
             )
         if self.decided_s is None or self.decided_s < 0:
             return f"{self.gpu}: {self.state} throughout, {r}"
-        decided = serving = ""
-        if self.decided_s is not None:
-            windows = self.decided_s / self.interval_s
-            decided = f" decided at {self.decided_s:.0f} s ({windows:.1f} telemetry windows),"
-        if self.serving_s is not None:
-            serving = f" serving so at {self.serving_s:.0f} s;"
+        windows = self.decided_s / self.interval_s
+        decided = f" decided at {self.decided_s:.0f} s ({windows:.1f} telemetry windows),"
+        serving = "" if self.serving_s is None else f" serving so at {self.serving_s:.0f} s;"
         if self.state == "plain":
             whose = "the canary's" if self.canary_judged else "the pool's last"
             how = f"its replicas decode plainly (1.00x by construction); {whose}"
