@@ -122,6 +122,28 @@ def ensure_head(*, target: Path, root: Path | None = None, recipe: Recipe = Reci
     )
 
 
+def ensure_untrained_head(*, target: Path, root: Path | None = None, seed: int = 0) -> Path:
+    """A head of the trained one's shape with its initial weights, for cost measurements.
+
+    A K=0 step's EAGLE pass (the drafter's KV-sync forward, no draft) does the
+    same arithmetic whatever the weights hold, so ``bench/k0_anatomy.py``
+    times it with this head instead of spending tens of minutes training one.
+    Its drafts are worthless: never use it where acceptance matters.
+    """
+    folder = (root or smollm2.cache_root()) / f"{NAME}-untrained-{smollm2.revision()}-s{seed}"
+    if smollm2.is_complete(folder):
+        return folder
+
+    def build(scratch: Path) -> None:
+        config = json.loads((target / "config.json").read_text())
+        params = init_head(Shape.of(config), int(config["intermediate_size"]), seed)
+        save_head(params, target, scratch)
+        marker = {"model": f"{NAME}-untrained", "method": "eagle", "seed": seed}
+        (scratch / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+
+    return smollm2.build_once(folder, build)
+
+
 report = trained.report
 
 

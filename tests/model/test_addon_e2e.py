@@ -240,6 +240,12 @@ def test_k_follows_the_batch_size_and_a_new_table_takes_over_live(
         server["log"].read_text(),
     )
     assert len(set(patched)) >= 2, patched
+    # Steps without drafts (these K=0 steps, and K>0 steps whose lookup found nothing) took
+    # vLLM's plain sampler in the worker, and their answers above are whole.
+    sampling = re.findall(
+        r"steps without drafts sample plainly \(pid (\d+)\)", server["log"].read_text()
+    )
+    assert set(sampling) == set(patched), (sampling, patched)
 
 
 def queried_families() -> set[str]:

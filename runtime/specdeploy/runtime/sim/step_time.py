@@ -14,11 +14,13 @@ engine adds host-side costs that a GPU roofline does not see. Three modes:
   TPOT at concurrency 2 and +21.6% at 189 over no speculation.
 - ``plain_k0``: the add-on's vLLM plugin is loaded (a pod's add-on and the
   profiler; ``vllm_addon/plain_step.py``): a K=0 step skips a stateless
-  drafter (n-gram) and the draft fetch after it. What the plugin cannot
-  remove stays charged: the speculation overheads (measured on vLLM's CPU
-  engine at batch 16, the sampler's speculative path alone cost ~1.4 ms more
-  per step than plain decoding's, ``bench/results/k0_step_cost.md``) and a
-  model drafter's K=0 pass, which keeps its state.
+  drafter (n-gram). A model drafter's K=0 pass, which keeps its state, stays
+  charged. The speculation overheads stay charged in full, although the
+  plugin now also takes vLLM's plain sampler on a step without drafts and
+  skips the draft fetch after a K=0 step for EAGLE too: measured on vLLM's
+  CPU engine (``bench/results/k0_anatomy.md``), what remains of them at K=0
+  is smaller than ``Overheads.spec_step_s`` prices, so the modelled K=0 step
+  overcharges the add-on until the presets are re-derived from that split.
 
 Two costs depend on how the pod is configured rather than on the step:
 

@@ -9,25 +9,41 @@ Measured inside vLLM's CPU engine (SmolLM2-135M, n-gram drafts, batch 16,
   proposer launches its numba kernel over every request and, at K=0,
   returns nothing (about 2.5 ms of a 55-65 ms step);
 * the engine core then asks the worker for those drafts (one RPC,
-  ``take_draft_token_ids``) and hands them to the scheduler (about 0.5 ms).
+  ``take_draft_token_ids``) and hands them to the scheduler (about 0.5 ms),
+  for every drafter, though at K=0 there are none;
+* the worker samples through the rejection sampler even when no request
+  carries a draft (``_prepare_inputs`` builds speculative metadata for every
+  step once speculation is configured): a float32 copy of the logits for
+  the bonus token's logprobs, then the rejection kernels over zero drafts.
 
-This module removes both for drafters that keep no state between steps
-(``method="ngram"``, the CPU n-gram proposer): at a step whose K is 0 the
-worker returns empty drafts without running the drafter, and the engine
-core skips the RPC. Both are what vLLM would have computed (an n-gram
-proposal of length 0 is empty for every request), so nothing else changes.
+This module removes the first for drafters that keep no state between
+steps (``method="ngram"``, the CPU n-gram proposer): at a step whose K is 0
+the worker returns empty drafts without running the drafter, which is what
+vLLM would have computed (an n-gram proposal of length 0 is empty for every
+request). The engine core skips the RPC after a K=0 step for the n-gram,
+EAGLE and draft-model drafters (``EMPTY_AT_K0_METHODS``), whose K=0
+proposals vLLM leaves empty.
+
+The third goes for every drafter: a step where no request carries a draft
+(K=0, or an n-gram lookup that found nothing) samples with vLLM's plain
+sampler, as a plain engine does. With zero drafts the rejection sampler's
+output is its bonus token, sampled by that same sampler from the same
+logits (one row per request), and the worker parses a one-column result the
+same way whichever produced it. Steps that ask for logprobs keep vLLM's
+path (its logprobs are computed another way).
 
 Left alone, by design: drafters with state. EAGLE, MTP and draft models run
 their first pass at K=0 to keep the drafter's KV cache in sync with the
 target's tokens (``llm_base_proposer.propose``); skipping it breaks
 acceptance when K comes back (vLLM #53426), so that pass is charged, not
-removed. Suffix decoding updates its tree from every step's tokens.
+removed (``bench/k0_anatomy.py`` measures it). Suffix decoding updates its
+tree from every step's tokens.
 
 What stays on a K=0 step after this (vLLM's, not reachable through a hook)
-is measured and named by ``bench/k0_step_cost.py`` and charged by the
-floor: the KV lookahead slots reserved for maxK, the scheduler's
-speculative bookkeeping, and a slower sampler call with speculation
-configured.
+is measured and named by ``bench/k0_step_cost.py`` and
+``bench/k0_anatomy.py`` and charged by the floor: the KV lookahead slots
+reserved for maxK, the speculative metadata built for every step, and the
+scheduler's speculative bookkeeping.
 
 How it gets in: vLLM loads the ``vllm.general_plugins`` entry points
 (pyproject.toml) in every process it starts (API server, engine core,
@@ -61,6 +77,13 @@ _ON = ("on", "1", "true", "yes")
 STATELESS_METHODS = frozenset({"ngram"})
 """Speculative methods whose drafter keeps no state between steps (CPU n-gram)."""
 
+EMPTY_AT_K0_METHODS = STATELESS_METHODS | {"eagle", "eagle3", "draft_model"}
+"""Methods whose K=0 proposal vLLM 0.32 leaves empty: the n-gram lookup of length 0,
+and ``SpecDecodeBaseProposer.propose`` (EAGLE, EAGLE-3, draft models), which returns
+an empty tensor after the K=0 pass that keeps the drafter's KV in sync. The draft
+fetch after a K=0 step brings nothing for them (MTP is left out: some MTP
+proposers override ``propose``)."""
+
 _PATCHED = "_specdeploy_plain_k0"
 
 
@@ -76,6 +99,11 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
 def stateless_drafter(speculative_config: Any) -> bool:
     """A drafter whose K=0 proposal is empty and leaves nothing behind."""
     return getattr(speculative_config, "method", None) in STATELESS_METHODS
+
+
+def empty_at_k0(speculative_config: Any) -> bool:
+    """A drafter that proposes nothing on a K=0 step (its K=0 pass, if any, still runs)."""
+    return getattr(speculative_config, "method", None) in EMPTY_AT_K0_METHODS
 
 
 def skipping_propose(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -103,8 +131,10 @@ def skipping_draft_fetch(original: Callable[..., Any]) -> Callable[..., Any]:
     """``EngineCore.post_step`` that does not fetch drafts its scheduler knows are empty.
 
     The add-on's scheduler says so (``specdeploy_drafts_expected``) after a
-    step scheduled at K=0 with a stateless drafter; any other scheduler, or
-    an add-on that is off, keeps vLLM's fetch.
+    step scheduled at K=0 with a drafter in ``EMPTY_AT_K0_METHODS``; any
+    other scheduler, or an add-on that is off, keeps vLLM's fetch. Skipping
+    it leaves the scheduler as the fetch would: vLLM clears each request's
+    drafts when it schedules them, and the fetch would set them to nothing.
     """
 
     def post_step(self: Any, model_executed: bool) -> Any:
@@ -115,6 +145,26 @@ def skipping_draft_fetch(original: Callable[..., Any]) -> Callable[..., Any]:
 
     setattr(post_step, _PATCHED, True)
     return post_step
+
+
+def plain_sampling(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``GPUModelRunner._sample`` that samples plainly when no request carries a draft.
+
+    vLLM passes speculative metadata on every step once speculation is
+    configured; with zero drafts (``max_spec_len`` 0) its rejection path
+    only adds work, so the step takes vLLM's own plain branch (metadata
+    None). Logprob requests keep the rejection path.
+    """
+
+    def _sample(self: Any, logits: Any, spec_decode_metadata: Any) -> Any:
+        if spec_decode_metadata is not None and spec_decode_metadata.max_spec_len == 0:
+            sampling = self.input_batch.sampling_metadata
+            if sampling.max_num_logprobs is None and not sampling.logprob_token_ids:
+                return original(self, logits, None)
+        return original(self, logits, spec_decode_metadata)
+
+    setattr(_sample, _PATCHED, True)
+    return _sample
 
 
 def patch(owner: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> bool:
@@ -145,9 +195,11 @@ def register() -> None:
         log.warning("specdeploy: K=0 steps keep vLLM's speculative work (%s)", missing)
         return
     done = patch(GPUModelRunner, "propose_draft_token_ids", skipping_propose)
+    done |= patch(GPUModelRunner, "_sample", plain_sampling)
     done |= patch(EngineCore, "post_step", skipping_draft_fetch)
     if done:
         log.info(
             "specdeploy: K=0 steps skip a stateless drafter and its draft fetch (pid %d)",
             os.getpid(),
         )
+        log.info("specdeploy: steps without drafts sample plainly (pid %d)", os.getpid())

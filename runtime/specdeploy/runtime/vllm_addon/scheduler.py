@@ -39,7 +39,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from specdeploy.runtime.vllm_addon.assembly import Addon, ensure_logging, start_addon
 from specdeploy.runtime.vllm_addon.controller import KController
-from specdeploy.runtime.vllm_addon.plain_step import stateless_drafter
+from specdeploy.runtime.vllm_addon.plain_step import empty_at_k0
 from specdeploy.runtime.vllm_addon.self_time import SelfTimer, timing_requested
 from specdeploy.runtime.vllm_addon.settings import AddonSettings
 from specdeploy.runtime.vllm_addon.steps import NO_DECODE, StepReading, is_pure_decode, read_step
@@ -165,12 +165,13 @@ class _AddonMixin:
     def specdeploy_drafts_expected(self) -> bool:
         """Whether the step just scheduled leaves drafts for the engine core to fetch.
 
-        Not after a step at K=0 with a stateless drafter, which proposes
-        nothing (``plain_step``: the engine core then skips the fetch). Read
-        from vLLM's own output, so it holds with the add-on off or tripped.
+        Not after a step at K=0 with a drafter whose K=0 proposal is empty
+        (``plain_step.EMPTY_AT_K0_METHODS``: the engine core then skips the
+        fetch). Read from vLLM's own output, so it holds with the add-on off
+        or tripped.
         """
         k = self._sd_step_k
-        return k is None or k > 0 or not stateless_drafter(self.vllm_config.speculative_config)
+        return k is None or k > 0 or not empty_at_k0(self.vllm_config.speculative_config)
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         addon = self.specdeploy

@@ -74,3 +74,60 @@ def test_the_anatomy_pools_every_window_of_every_run_per_batch_and_method() -> N
     assert summary["4"]["plain"]["step"]["n"] == 2
     assert abs(summary["4"]["addon-k0"]["sampler"]["mean"] - 2.1) < 1e-9
     assert summary["4"]["addon-k0"]["step"]["n"] == 2
+
+
+def window(step: float, model: float) -> dict[str, float]:
+    return {"engine_step": step, "model": model}
+
+
+def test_the_anatomy_pairs_runs_and_windows_and_reads_the_extra_work_outside_the_model() -> None:
+    """A forward that swings 20% between windows hides 2%; the work outside it does not."""
+    plain = [[window(100.0, 90.0), window(120.0, 110.0)], [window(90.0, 80.0)]]
+    k0 = [[window(121.5, 110.0), window(101.5, 90.0)], [window(92.0, 81.0)]]
+    runs = {
+        "plain": [{"4": rows} for rows in plain],
+        "addon-k0": [{"4": rows} for rows in k0],
+    }
+    ratios = k0_anatomy.step_ratios(runs)["4"]["addon-k0"]
+    assert ratios["whole"]["n"] == 3
+    assert ratios["whole"]["verdict"] == "not resolved", "the forward's swing dominates"
+    outside = ratios["outside_model"]
+    expected = [1 + 1.5 / 100, 1 + 1.5 / 120, 1 + 1.0 / 90]
+    assert abs(outside["mean"] - sum(expected) / 3) < 1e-12
+    assert outside["high"] <= k0_anatomy.TARGET and outside["verdict"] == "met"
+
+
+def test_the_anatomy_says_which_engine_changed_a_greedy_token() -> None:
+    tokens = {
+        "plain": [{"1": "a", "4": "b"}, {"1": "a", "4": "b"}],
+        "addon-k0": [{"1": "a", "4": "b"}, {"1": "a", "4": "b"}],
+        "eagle-k0": [{"1": "a", "4": "b"}, {"1": "a", "4": "x"}],
+    }
+    same = k0_anatomy.same_tokens(tokens)
+    every_method = {name: 0.5 for name, *_ in k0_anatomy.METHODS}
+    assert same["addon-k0"] == {"1": True, "4": True}
+    assert same["eagle-k0"] == {"1": True, "4": False}
+    result = {
+        "vllm": "0.32.0",
+        "cpu": "cpu",
+        "repeats": 2,
+        "windows": 1,
+        "max_tokens": 8,
+        "wall_s": 60.0,
+        "summary": k0_anatomy.summarize(
+            {
+                engine: [{"4": [{**every_method, "engine_step": 1.0}] * 2}]
+                for engine in ("plain", "eagle-k0")
+            }
+        ),
+        "step_ratio": k0_anatomy.step_ratios(
+            {
+                engine: [{"4": [window(100.0, 90.0), window(101.0, 91.0)]}]
+                for engine in ("plain", "eagle-k0")
+            }
+        ),
+        "same_tokens_as_plain": same,
+    }
+    text = k0_anatomy.markdown(result)
+    assert "**differ from plain decoding's**: eagle-k0 at batch 4." in text
+    assert "| 4 | eagle-k0 | 1.000 [1.000, 1.000] met | 1.000 [1.000, 1.000] met |" in text

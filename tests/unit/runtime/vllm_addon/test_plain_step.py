@@ -1,4 +1,4 @@
-"""The K=0 step's skips (``vllm_addon.plain_step``) on stand-ins for vLLM's two classes.
+"""The K=0 step's skips (``vllm_addon.plain_step``) on stand-ins for vLLM's classes.
 
 vLLM itself is exercised by ``tests/model/test_addon_e2e.py`` (the plugin
 loads in the server's worker and engine core) and measured by
@@ -89,6 +89,46 @@ def test_the_engine_core_skips_the_fetch_only_when_its_scheduler_says_so() -> No
     assert vllms_own.fetched == 1
 
 
+class Sampling:
+    """Stands in for ``GPUModelRunner._sample``: records which path each step took."""
+
+    def __init__(self, logprobs: int | None = None, token_ids: dict[int, list[int]] | None = None):
+        self.input_batch = SimpleNamespace(
+            sampling_metadata=SimpleNamespace(
+                max_num_logprobs=logprobs, logprob_token_ids=token_ids
+            )
+        )
+        self.paths: list[str] = []
+
+    def _sample(self, logits: Any, spec_decode_metadata: Any) -> str:
+        self.paths.append("plain" if spec_decode_metadata is None else "rejection")
+        return self.paths[-1]
+
+
+def drafts(*per_request: int) -> SimpleNamespace:
+    """Speculative metadata as vLLM builds it: ``max_spec_len`` is the longest draft."""
+    return SimpleNamespace(num_draft_tokens=list(per_request), max_spec_len=max(per_request))
+
+
+def test_a_step_without_drafts_samples_plainly_and_one_with_drafts_verifies_them() -> None:
+    cls = type("PatchedSampling", (Sampling,), {})
+    assert plain_step.patch(cls, "_sample", plain_step.plain_sampling)
+    runner = cls()
+    assert runner._sample("logits", drafts(0, 0, 0)) == "plain"
+    assert runner._sample("logits", drafts(0, 2, 0)) == "rejection"
+    assert runner._sample("logits", None) == "plain", "a plain engine's step is untouched"
+    assert not plain_step.patch(cls, "_sample", plain_step.plain_sampling)
+
+
+def test_logprob_requests_keep_the_rejection_path_at_k0() -> None:
+    """Its logprobs come from another computation; the shortcut claims equality only without."""
+    cls = type("PatchedSampling", (Sampling,), {})
+    plain_step.patch(cls, "_sample", plain_step.plain_sampling)
+    assert cls(logprobs=5)._sample("logits", drafts(0, 0)) == "rejection"
+    assert cls(token_ids={0: [3]})._sample("logits", drafts(0)) == "rejection"
+    assert cls(logprobs=None, token_ids={})._sample("logits", drafts(0)) == "plain"
+
+
 def test_pods_that_run_the_addon_and_the_profiler_unless_switched_off() -> None:
     table = {"SPECDEPLOY_TABLE_FILE": "/etc/specdeploy/table.json"}
     assert plain_step.enabled(table)
@@ -110,3 +150,12 @@ def test_register_acts_only_in_addon_pods(monkeypatch: Any, caplog: Any) -> None
     monkeypatch.setenv("SPECDEPLOY_TABLE_FILE", "/etc/specdeploy/table.json")
     plain_step.register()
     assert "keep vLLM's speculative work" in caplog.text
+
+
+def test_the_fetch_after_a_k0_step_is_skipped_for_drafters_whose_k0_proposal_is_empty() -> None:
+    """EAGLE keeps its K=0 pass (its KV), yet proposes nothing: no drafts to fetch."""
+    for method in ("ngram", "eagle", "eagle3", "draft_model"):
+        assert plain_step.empty_at_k0(SimpleNamespace(method=method)), method
+    for other in ("mtp", "suffix", "medusa", "custom_class", None):
+        assert not plain_step.empty_at_k0(SimpleNamespace(method=other)), other
+    assert not plain_step.stateless_drafter(SimpleNamespace(method="eagle"))
