@@ -17,10 +17,12 @@ engine adds host-side costs that a GPU roofline does not see. Three modes:
   drafter (n-gram). A model drafter's K=0 pass, which keeps its state, stays
   charged. The speculation overheads stay charged in full, although the
   plugin now also takes vLLM's plain sampler on a step without drafts and
-  skips the draft fetch after a K=0 step for EAGLE too: measured on vLLM's
-  CPU engine (``bench/results/k0_anatomy.md``), what remains of them at K=0
-  is smaller than ``Overheads.spec_step_s`` prices, so the modelled K=0 step
-  overcharges the add-on until the presets are re-derived from that split.
+  skips the draft fetch after a K=0 step for EAGLE too. Measured on vLLM's
+  CPU engine (``bench/results/k0_anatomy.md``), an n-gram K=0 step then adds
+  at most 0.2 ms to a plain step outside the target's forward (95% upper
+  ends), where ``Overheads.spec_step_s`` + ``spec_per_seq_s`` price 0.4 ms
+  and more: the modelled K=0 step overcharges the add-on until the presets
+  charge only that remainder.
 
 Two costs depend on how the pod is configured rather than on the step:
 
