@@ -28,6 +28,11 @@ TIER_BY_NODEID: dict[str, tuple[str, str]] = {
         NIGHTLY,
         "EAGLE head layout and QUICK training: two engine boots beyond the per-change three",
     ),
+    "tests/model/test_addon_eagle_k0.py": (
+        NIGHTLY,
+        "an EAGLE server with the add-on through K=0 and back: an engine boot beyond the "
+        "per-change three; the plugin's n-gram path is test_addon_e2e's",
+    ),
     "e2e/tests/cluster/test_real_vllm_pool.py": (
         NIGHTLY,
         "a fourth engine boot; the real engine's series the telemetry reads are checked in "
