@@ -250,9 +250,10 @@ def true_goodput_grid(
         at = prompt + 1 + float(lengths[k]) * (steps - 1) / 2.0 if context is None else context
         verified = verified_per_sequence(survival, k)
         for bs in range(1, top + 1):
-            # profile cells run with a K table set (piecewise graphs), as the vllm backend does
+            # profile cells run with a K table set (piecewise graphs), as the vllm backend
+            # does, and with the add-on's plugin loaded (SPECDEPLOY_PLAIN_K0=on)
             itl = preset.cost.decode_itl(
-                bs, k, context=at, verified_per_sequence=verified, piecewise=True
+                bs, k, context=at, verified_per_sequence=verified, piecewise=True, plain_k0=True
             )
             grid[bs, k] = float(lengths[k]) / itl
     return grid

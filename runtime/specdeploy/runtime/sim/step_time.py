@@ -13,16 +13,14 @@ engine adds host-side costs that a GPU roofline does not see. Three modes:
   speculation overheads. REFERENCE.md: with K pinned to 0, vLLM cost +6.6%
   TPOT at concurrency 2 and +21.6% at 189 over no speculation.
 - ``plain_k0``: the add-on's vLLM plugin is loaded (a pod's add-on and the
-  profiler; ``vllm_addon/plain_step.py``): a K=0 step skips a stateless
-  drafter (n-gram). A model drafter's K=0 pass, which keeps its state, stays
-  charged. The speculation overheads stay charged in full, although the
-  plugin now also takes vLLM's plain sampler on a step without drafts and
-  skips the draft fetch after a K=0 step for EAGLE too. Measured on vLLM's
-  CPU engine (``bench/results/k0_anatomy.md``), an n-gram K=0 step then adds
-  at most 0.2 ms to a plain step outside the target's forward (95% upper
-  ends), where ``Overheads.spec_step_s`` + ``spec_per_seq_s`` price 0.4 ms
-  and more: the modelled K=0 step overcharges the add-on until the presets
-  charge only that remainder.
+  profiler; ``vllm_addon/plain_step.py``). A K=0 step skips a stateless
+  drafter (n-gram), samples with vLLM's plain sampler, and skips the draft
+  fetch, so it pays none of the speculation overheads. A model drafter's K=0
+  pass, which keeps its state, stays charged. Measured on vLLM's CPU engine
+  (``bench/results/k0_anatomy.md``), the plugin's n-gram K=0 step adds
+  0.00-0.07 ms to a plain step outside the target's forward (at most 0.2 ms
+  at the 95% upper ends). vLLM's own K=0 step adds 0.5-0.9 ms, and EAGLE's
+  adds its pass.
 
 Two costs depend on how the pod is configured rather than on the step:
 
@@ -67,7 +65,8 @@ class Overheads:
     attention runs eagerly between piecewise CUDA graphs (V1 forces PIECEWISE
     graphs once a table is set; V2 keeps full graphs)."""
     spec_step_s: float = 0.4e-3
-    """Speculation configured: rejection sampler, draft bookkeeping, an extra host sync."""
+    """Speculation configured: rejection sampler, draft bookkeeping, an extra host sync
+    (not on a K=0 step with the add-on's plugin, ``plain_k0``)."""
     spec_per_seq_s: float = 3e-6
     """Speculation configured: per-sequence draft token bookkeeping."""
     k_switch_s: float = 1e-3
@@ -166,7 +165,9 @@ class StepCost:
             target = ForwardCost(
                 *(p + f * (t - p) for t, p in zip(astuple(target), astuple(plain), strict=True))
             )
-        overhead = self._overhead(seqs, speculative, piecewise, switched)
+        overhead = self._overhead(
+            seqs, speculative and not (plain_k0 and k == 0), piecewise, switched
+        )
         draft = (
             self._draft(decode_seqs, k, tokens, context_tokens, plain_k0) if speculative else 0.0
         )
@@ -205,7 +206,9 @@ class StepCost:
                 decode_seqs + prefill_seqs, seqs,
             )  # fmt: skip
             total = plain + self.verify_slope * (total - plain)
-        total += self._overhead(seqs, speculative, piecewise, switched)
+        total += self._overhead(
+            seqs, speculative and not (plain_k0 and k == 0), piecewise, switched
+        )
         if speculative:
             total += self._draft(decode_seqs, k, tokens, context_tokens, plain_k0)
         return total * self.time_scale
@@ -269,6 +272,7 @@ class StepCost:
         speculative: bool = True,
         verified_per_sequence: float | None = None,
         piecewise: bool = False,
+        plain_k0: bool = False,
     ) -> float:
         """ITL of a pure decode step: ``batch_size`` sequences of ``context`` tokens each."""
         verified = None if verified_per_sequence is None else batch_size * verified_per_sequence
@@ -279,4 +283,5 @@ class StepCost:
             speculative=speculative,
             verified_tokens=verified,
             piecewise=piecewise,
+            plain_k0=plain_k0,
         )

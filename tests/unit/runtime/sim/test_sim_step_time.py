@@ -276,9 +276,10 @@ def test_a_machine_that_verifies_dearer_prices_only_the_draft_tokens() -> None:
         assert steep.cost.breakdown(**kw).total == pytest.approx(steep_full, rel=1e-12)  # type: ignore[arg-type]
 
 
-def test_the_addons_plugin_skips_a_stateless_drafter_at_k0_and_nothing_else() -> None:
-    """plain_k0: an n-gram K=0 step costs no lookup; the speculation overheads stay,
-    and an EAGLE head keeps its K=0 pass (it has state to keep)."""
+def test_the_addons_plugin_makes_a_k0_step_plain_but_for_a_drafter_with_state() -> None:
+    """plain_k0: an n-gram K=0 step costs what a plain step costs (no lookup, no
+    speculation overheads: bench/results/k0_anatomy.md measured at most 0.2 ms more on
+    vLLM's CPU engine); an EAGLE head keeps its K=0 pass (it has state to keep)."""
     ngram_cost = get_preset("llama8b-ngram-a100").cost
     eagle_cost = get_preset("seed-dense").cost
     for bs in (1, 64, 256):
@@ -287,7 +288,7 @@ def test_the_addons_plugin_skips_a_stateless_drafter_at_k0_and_nothing_else() ->
         k0 = ngram_cost.breakdown(bs, 0, context_tokens=ctx)
         plugged = ngram_cost.breakdown(bs, 0, context_tokens=ctx, plain_k0=True)
         assert k0.draft > 0.0 and plugged.draft == 0.0
-        assert vanilla < plugged.total < k0.total
+        assert plugged.total == pytest.approx(vanilla, rel=1e-12) and vanilla < k0.total
         assert plugged.total == pytest.approx(
             ngram_cost.step_seconds(bs, 0, context_tokens=ctx, plain_k0=True), rel=1e-12
         )
@@ -296,4 +297,6 @@ def test_the_addons_plugin_skips_a_stateless_drafter_at_k0_and_nothing_else() ->
             ngram_cost.step_seconds(bs, 2, context_tokens=ctx)
         )
         eagle = eagle_cost.breakdown(bs, 0, context_tokens=ctx, plain_k0=True)
+        eagle_vanilla = eagle_cost.step_seconds(bs, 0, context_tokens=ctx, speculative=False)
         assert eagle.draft == eagle_cost.breakdown(bs, 0, context_tokens=ctx).draft > 0.0
+        assert eagle.total == pytest.approx(eagle_vanilla + eagle.draft, rel=1e-12)
