@@ -59,12 +59,10 @@ if __package__ in (None, ""):  # run as a script: bench.* from the checkout's ro
 
 from bench.addon_policy_ab import paired
 from bench.cpu_dsd import interval
-from bench.k0_step_cost import fmt_ratio, verdict
+from bench.k0_step_cost import TARGET, fmt_ratio, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("plain", "vllm-k0", "addon-k0", "eagle-k0")
-TARGET = 1.02
-"""A K=0 step at most this many times a plain step (the interval's upper end)."""
 METHODS = (
     ("step", "vllm.v1.engine.core", "EngineCore", "step"),
     ("post_step", "vllm.v1.engine.core", "EngineCore", "post_step"),

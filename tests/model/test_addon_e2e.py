@@ -92,15 +92,7 @@ def server(
     table = folder / "table.json"
     table.write_text(json.dumps(FIRST_TABLE))
     http, metrics = free_port(), free_port()
-    env = {
-        **vllm_env,
-        "SPECDEPLOY_TABLE_FILE": str(table),
-        "SPECDEPLOY_METRICS_PORT": str(metrics),
-        "SPECDEPLOY_METRICS_ADDR": "127.0.0.1",
-        "SPECDEPLOY_POOL": "cpu",
-        "SPECDEPLOY_RELOAD_SECONDS": "0.5",
-        "SPECDEPLOY_ALLOWED_K": "all",  # 0..maxK, as the operator's pods run
-    }
+    env = {**addon_env(vllm_env, table, metrics), "SPECDEPLOY_RELOAD_SECONDS": "0.5"}
     model = checkpoint(vllm_python, vllm_env)
     cmd = serve_command(vllm_python, model, http, SPECULATIVE)
     log_path = folder / "vllm.log"
@@ -125,6 +117,18 @@ def server(
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def addon_env(vllm_env: dict[str, str], table: Path, metrics_port: int) -> dict[str, str]:
+    """The add-on's variables for a pool named ``cpu``, metrics on ``metrics_port``."""
+    return {
+        **vllm_env,
+        "SPECDEPLOY_TABLE_FILE": str(table),
+        "SPECDEPLOY_METRICS_PORT": str(metrics_port),
+        "SPECDEPLOY_METRICS_ADDR": "127.0.0.1",
+        "SPECDEPLOY_POOL": "cpu",
+        "SPECDEPLOY_ALLOWED_K": "all",  # 0..maxK, as the operator's pods run
+    }
 
 
 def serve_command(python: Path, model: str, port: int, speculative: dict[str, Any]) -> list[str]:

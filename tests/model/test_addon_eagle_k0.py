@@ -25,6 +25,7 @@ import pytest
 
 from bench.vllm_server import free_port, running
 from tests.model.test_addon_e2e import (
+    addon_env,
     by_bucket_and_k,
     checkpoint,
     complete,
@@ -61,14 +62,7 @@ def server(
     table = folder / "table.json"
     table.write_text(json.dumps(TABLE))
     http, metrics = free_port(), free_port()
-    env = {
-        **vllm_env,
-        "SPECDEPLOY_TABLE_FILE": str(table),
-        "SPECDEPLOY_METRICS_PORT": str(metrics),
-        "SPECDEPLOY_METRICS_ADDR": "127.0.0.1",
-        "SPECDEPLOY_POOL": "cpu",
-        "SPECDEPLOY_ALLOWED_K": "all",
-    }
+    env = addon_env(vllm_env, table, metrics)
     model = checkpoint(vllm_python, vllm_env)
     speculative = {
         "method": "eagle",

@@ -165,9 +165,7 @@ class StepCost:
             target = ForwardCost(
                 *(p + f * (t - p) for t, p in zip(astuple(target), astuple(plain), strict=True))
             )
-        overhead = self._overhead(
-            seqs, speculative and not (plain_k0 and k == 0), piecewise, switched
-        )
+        overhead = self._overhead(seqs, speculative, piecewise, switched, plain_k0 and k == 0)
         draft = (
             self._draft(decode_seqs, k, tokens, context_tokens, plain_k0) if speculative else 0.0
         )
@@ -206,9 +204,7 @@ class StepCost:
                 decode_seqs + prefill_seqs, seqs,
             )  # fmt: skip
             total = plain + self.verify_slope * (total - plain)
-        total += self._overhead(
-            seqs, speculative and not (plain_k0 and k == 0), piecewise, switched
-        )
+        total += self._overhead(seqs, speculative, piecewise, switched, plain_k0 and k == 0)
         if speculative:
             total += self._draft(decode_seqs, k, tokens, context_tokens, plain_k0)
         return total * self.time_scale
@@ -242,14 +238,18 @@ class StepCost:
             attention_pairs = verified * per_seq + prefill_tokens * per_seq / 2.0
         return verified, tokens, seqs, attention_pairs
 
-    def _overhead(self, seqs: int, speculative: bool, piecewise: bool, switched: bool) -> float:
+    def _overhead(
+        self, seqs: int, speculative: bool, piecewise: bool, switched: bool, plugged_k0: bool
+    ) -> float:
+        """Host-side costs; ``plugged_k0``: a K=0 step with the add-on's plugin, which pays
+        no speculation overheads (the module docstring)."""
         ov = self.overheads
         total = ov.step_s + ov.per_seq_s * seqs
         if piecewise:
             total += ov.per_layer_s * self.model.layers
         if switched:
             total += ov.k_switch_s
-        if speculative:
+        if speculative and not plugged_k0:
             total += ov.spec_step_s + ov.spec_per_seq_s * seqs
         return total
 

@@ -94,7 +94,7 @@ def test_the_anatomy_pairs_runs_and_windows_and_reads_the_extra_work_outside_the
     outside = ratios["outside_model"]
     expected = [1 + 1.5 / 100, 1 + 1.5 / 120, 1 + 1.0 / 90]
     assert abs(outside["mean"] - sum(expected) / 3) < 1e-12
-    assert outside["high"] <= k0_anatomy.TARGET and outside["verdict"] == "met"
+    assert outside["high"] <= k0_step_cost.TARGET and outside["verdict"] == "met"
 
 
 def test_the_anatomy_says_which_engine_changed_a_greedy_token() -> None:
