@@ -242,6 +242,8 @@ def test_k_follows_the_batch_size_and_a_new_table_takes_over_live(
     assert all(a.strip() for a in load(port, 1, 2))
     third = minus(by_bucket_and_k(scrape(server)), by_bucket_and_k(before_third))
     assert third and all(k == 0 for _, k in third), third
+    # An n-gram K=0 step runs no drafter pass: nothing to time (vllm_addon/k0_pass.py).
+    assert not any(name.startswith("specdeploy_drafter_k0") for name, _ in scrape(server))
     # K=0 at plain-decoding cost (vllm_addon/plain_step.py): vLLM loaded the plugin in the
     # engine core and in the worker, each its own process.
     patched = re.findall(

@@ -79,6 +79,19 @@ def drafted(metrics: dict[tuple[str, frozenset[tuple[str, str]]], float]) -> flo
     return metrics.get(("specdeploy_draft_tokens_total", POOL | {("position", "1")}), 0.0)
 
 
+def pass_totals(
+    metrics: dict[tuple[str, frozenset[tuple[str, str]]], float],
+) -> dict[str, tuple[float, float]]:
+    """(seconds, passes) of the drafter's K=0 pass per batch bucket."""
+    out: dict[str, tuple[float, float]] = {}
+    for (name, labels), value in metrics.items():
+        if name == "specdeploy_drafter_k0_passes_total":
+            bucket = dict(labels)["batch_bucket"]
+            seconds = metrics[("specdeploy_drafter_k0_pass_seconds_total", labels)]
+            out[bucket] = (seconds, value)
+    return out
+
+
 def test_eagle_drafts_again_after_k0_steps_whose_fetch_was_skipped(
     server: dict[str, Any],
 ) -> None:
@@ -101,5 +114,20 @@ def test_eagle_drafts_again_after_k0_steps_whose_fetch_was_skipped(
     back = minus(by_bucket_and_k(end), by_bucket_and_k(after_spell))
     assert back.get(("1", 0), 0) >= 10, back
     assert first == again, "greedy at batch 1, before and after the K=3 spell"
+    # The head's K=0 pass, timed in the worker and exported by the add-on (k0_pass): one per
+    # clean K=0 step, a part of the step; the step minus it is the pod's plain step.
+    passes = pass_totals(end)
+    steps = by_bucket_and_k(end).get(("1", 0), 0.0)
+    step_seconds = end.get(
+        ("specdeploy_step_seconds_sum", POOL | {("batch_bucket", "1"), ("k", "0")})
+    )
+    assert "1" in passes, passes
+    seconds, count = passes["1"]
+    print(
+        f"K=0 at batch 1: {count:.0f} passes, {1000 * seconds / count:.2f} ms each; "
+        f"{steps:.0f} steps, {1000 * (step_seconds or 0) / max(steps, 1):.2f} ms each"
+    )
+    assert 0.8 * steps <= count <= 1.2 * steps, (count, steps)
+    assert step_seconds is not None and 0 < seconds < step_seconds
     log = server["log"].read_text()
     assert re.search(r"steps without drafts sample plainly \(pid \d+\)", log)

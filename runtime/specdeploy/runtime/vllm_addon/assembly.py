@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from functools import partial
 
+from specdeploy.runtime.vllm_addon import k0_pass
 from specdeploy.runtime.vllm_addon.controller import KController
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 from specdeploy.runtime.vllm_addon.self_time import SelfTimer
@@ -88,6 +89,9 @@ def start_addon(
     metrics = AddonMetrics(settings.pool, num_speculative_tokens)
     if timer is not None:
         timer.register(metrics.registry)
+    k0_series = k0_pass.series_for(settings.pool)
+    if k0_series is not None:  # the plugin shares the worker's K=0 pass times (k0_pass)
+        metrics.registry.register(k0_series)
     controller = KController(vllm_lookup, shape, metrics)
     server = _serve_metrics(metrics, settings)
     log.info(

@@ -36,7 +36,8 @@ Left alone, by design: drafters with state. EAGLE, MTP and draft models run
 their first pass at K=0 to keep the drafter's KV cache in sync with the
 target's tokens (``llm_base_proposer.propose``); skipping it breaks
 acceptance when K comes back (vLLM #53426), so that pass is charged, not
-removed (``bench/k0_anatomy.py`` measures it). Suffix decoding updates its
+removed (``bench/k0_anatomy.py`` measures it; ``k0_pass`` times it live, so
+a K=0 step minus its pass prices a plain step). Suffix decoding updates its
 tree from every step's tokens.
 
 What stays on a K=0 step after this (vLLM's, not reachable through a hook)
@@ -65,6 +66,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from specdeploy.runtime.contract import PodEnv
+from specdeploy.runtime.vllm_addon import k0_pass
 
 log = logging.getLogger("specdeploy.addon")
 
@@ -112,16 +114,23 @@ def skipping_propose(original: Callable[..., Any]) -> Callable[..., Any]:
 
     The step's K is ``scheduler_output.num_spec_tokens_to_schedule``, the one
     vLLM passes to the drafter. Only stateless drafters are skipped; any other
-    goes to vLLM's method, as does every step with K > 0.
+    goes to vLLM's method, as does every step with K > 0. The K=0 pass of a
+    drafter in ``EMPTY_AT_K0_METHODS`` is timed (``k0_pass``).
     """
 
     def propose_draft_token_ids(
         self: Any, scheduler_output: Any, sampled_token_ids: Any, *args: Any, **kwargs: Any
     ) -> Any:
-        if scheduler_output.num_spec_tokens_to_schedule == 0 and stateless_drafter(
-            self.speculative_config
-        ):
+        if scheduler_output.num_spec_tokens_to_schedule != 0:
+            return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        if stateless_drafter(self.speculative_config):
             return [[] for _ in range(len(sampled_token_ids))]
+        if empty_at_k0(self.speculative_config):
+            return k0_pass.timed_pass(
+                self,
+                lambda: original(self, scheduler_output, sampled_token_ids, *args, **kwargs),
+                scheduler_output,
+            )
         return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
 
     setattr(propose_draft_token_ids, _PATCHED, True)
@@ -195,6 +204,7 @@ def register() -> None:
     except ImportError as missing:
         log.warning("specdeploy: K=0 steps keep vLLM's speculative work (%s)", missing)
         return
+    k0_pass.claim_path()  # before this process starts the engine's others, which inherit it
     done = patch(GPUModelRunner, "propose_draft_token_ids", skipping_propose)
     done |= patch(GPUModelRunner, "_sample", plain_sampling)
     done |= patch(EngineCore, "post_step", skipping_draft_fetch)

@@ -41,7 +41,13 @@ class Core:
 
 
 def step(k: int) -> SimpleNamespace:
-    return SimpleNamespace(num_spec_tokens_to_schedule=k)
+    """A step with a prefill riding along (its K=0 pass is not timed: ``test_k0_pass``)."""
+    return SimpleNamespace(
+        num_spec_tokens_to_schedule=k,
+        num_scheduled_tokens={"a": 30},
+        scheduled_spec_decode_tokens={},
+        total_num_scheduled_tokens=30,
+    )
 
 
 def patched_runner_class() -> type[Runner]:
