@@ -119,6 +119,14 @@ class TableDocumentError(ValueError):
 # --- the pod -> operator half: series, labels, batch-size buckets ------------------
 
 
+STATELESS_DRAFTERS = frozenset({"ngram"})
+"""Speculative methods whose drafter keeps no state between steps (the CPU n-gram
+proposer): with the add-on's plugin a K=0 step runs no drafter, a plain step."""
+K0_PASS_DRAFTERS = frozenset({"eagle", "eagle3", "draft_model"})
+"""Methods whose drafter runs a pass at K=0 (its KV cache follows the target's tokens)
+and proposes nothing; the add-on times that pass (``vllm_addon.k0_pass``)."""
+
+
 class Series(StrEnum):
     """The add-on's metric families by base name (``prometheus_client``'s): a counter is
     scraped as ``<name>_total``, the step-time histogram as ``_bucket``/``_sum``/``_count``."""

@@ -22,6 +22,15 @@ add-on has fallen to K=0 proposes nothing, so its acceptance is unobserved
 (the estimate returns to the profile's prior) and the table priced at that
 prior says speculation wins while the pod pays K=0's tax on every step. The
 floor must judge what runs.
+
+Plain decoding's side is the profile's unless the pods timed it
+(``LivePlain``): with the add-on's plugin a K=0 step is a plain step plus
+the drafter's K=0 pass, which stateful drafters' pods time
+(``vllm_addon.k0_pass``) and stateless ones (n-gram) do not run. Where a
+batch bucket has such a live plain step, its cells compare the pods' own
+step times, live against live, and the profile's noise (its plain and K=0
+cells are separate measurements, each with its half-width) leaves R's
+interval there; elsewhere the profile prices both sides as before.
 """
 
 from __future__ import annotations
@@ -31,8 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specdeploy.runtime.contract import bucket_of
 from specdeploy.runtime.cost import StepCostModel
-from specdeploy.runtime.goodput import FloatArray
+from specdeploy.runtime.goodput import FloatArray, acceptance_lengths
 from specdeploy.runtime.live import live_goodput_grid
 from specdeploy.runtime.profile import ProfileSpec
 from specdeploy.runtime.schedule import cost_model, vanilla_gain
@@ -64,6 +74,28 @@ def judge(profile: ProfileSpec, served: Sequence[int]) -> FloorVerdict:
 
 
 @dataclass(frozen=True)
+class LivePlain:
+    """The pods' own step times in one window: plain decoding's and the cells' they ran.
+
+    ``plain_ms`` per batch bucket (``contract.bucket_of``): the mean clean K=0
+    step less the drafter's mean K=0 pass, where enough K=0 steps ran there.
+    ``cell_ms`` per (bucket, K): the cells' mean clean step times.
+    ``half_width`` per (bucket, K): the relative 95% half-width charged to a
+    cell priced live against live (what the plugin leaves on a K=0 step
+    beyond the drafter's pass, and the means' sampling error where the cell's
+    steps are not the plain step's own).
+    """
+
+    plain_ms: Mapping[int, float]
+    cell_ms: Mapping[tuple[int, int], float]
+    half_width: Mapping[tuple[int, int], float]
+
+    def covers(self, batch_size: int, k: int) -> bool:
+        bucket = bucket_of(batch_size)
+        return bucket in self.plain_ms and (bucket, k) in self.cell_ms
+
+
+@dataclass(frozen=True)
 class LiveRatio:
     """R = throughput of the K the pods ran / plain decoding's, at the served mix.
 
@@ -79,6 +111,8 @@ class LiveRatio:
     high: float
     sizes: tuple[int, ...]
     """The batch sizes served in the window (the mix's support)."""
+    live_share: float = 0.0
+    """The share of the mix's steps priced live against live (``LivePlain``)."""
 
 
 def _nearest_relative_half_width(
@@ -121,27 +155,45 @@ def _plain_throughput(model: StepCostModel, itl_scale: FloatArray | None, row: i
     return row * 1000.0 / (itl * scale)
 
 
+@dataclass
+class _Priced:
+    """The mix's cells as priced: by the profile (live-corrected) or live against live."""
+
+    modelled: dict[tuple[int, int], float]
+    live: dict[tuple[int, int], float]
+    """(batch size, K) -> weight, priced by ``LivePlain``'s step times."""
+    plain: float
+    """Plain decoding's throughput summed over both, weighted."""
+
+
 def _priced(
     spec: ProfileSpec,
     goodput: FloatArray,
     itl_scale: FloatArray | None,
     mix: Mapping[tuple[int, int], float],
-) -> tuple[dict[tuple[int, int], float], float]:
+    timed: LivePlain | None,
+) -> _Priced:
     """The cells of ``mix`` both sides can price (row clipped to ``goodput``'s grid), and
-    plain decoding's throughput over them."""
+    plain decoding's throughput over them: the pods' own where ``timed`` covers a cell."""
     model = cost_model(spec)
     rows, cols = goodput.shape
-    cells: dict[tuple[int, int], float] = {}
-    plain = 0.0
+    out = _Priced({}, {}, 0.0)
     for (bs, k), weight in mix.items():
-        row = min(max(int(bs), 1), rows - 1)
         col = int(k)
-        base = _plain_throughput(model, itl_scale, row)
-        if weight <= 0 or base <= 0 or not 0 <= col < cols or not np.isfinite(goodput[row, col]):
+        if weight <= 0 or not 0 <= col <= spec.fingerprint.max_k:
             continue
-        cells[(row, col)] = cells.get((row, col), 0.0) + weight
-        plain += weight * base
-    return cells, plain
+        if timed is not None and timed.covers(max(int(bs), 1), col):
+            size = max(int(bs), 1)
+            out.live[(size, col)] = out.live.get((size, col), 0.0) + weight
+            out.plain += weight * size * 1000.0 / timed.plain_ms[bucket_of(size)]
+            continue
+        row = min(max(int(bs), 1), rows - 1)
+        base = _plain_throughput(model, itl_scale, row)
+        if base <= 0 or col >= cols or not np.isfinite(goodput[row, col]):
+            continue
+        out.modelled[(row, col)] = out.modelled.get((row, col), 0.0) + weight
+        out.plain += weight * base
+    return out
 
 
 def live_ratio(
@@ -151,40 +203,65 @@ def live_ratio(
     half_width: Sequence[float],
     itl_scale: FloatArray | None,
     mix: Mapping[tuple[int, int], float],
+    timed: LivePlain | None = None,
 ) -> LiveRatio | None:
     """R at the served ``mix`` (share of steps per (batch size, K)), with its interval.
 
-    The step cost of both sides is the profile's, scaled per batch size by the
-    live correction ``itl_scale``: the same hardware runs plain decoding, so the
-    scale that corrects the speculative cells corrects its baseline too (a pod
-    that speculates never runs a plain step to time). What stays the profile's
-    is the gap between a speculative step and a plain one, K=0 with speculation
-    configured included: a profile that under-prices that gap over-states R,
-    which the ``high`` bound carries only as far as the profile's half-widths do.
-    Cells neither side can price are left out of both. None without a baseline
-    or a priced mix: nothing can then say.
+    Where ``timed`` has plain decoding's step and the cell's in the cell's
+    bucket, the cell's throughput is its acceptance length over its live step
+    time, and plain decoding's is one token per live plain step: the pods'
+    own clocks on both sides, ``timed.half_width`` of cost uncertainty.
+    Elsewhere the step cost of both sides is the profile's, scaled per batch
+    size by the live correction ``itl_scale``: the same hardware runs plain
+    decoding, so the scale that corrects the speculative cells corrects its
+    baseline too. What stays the profile's there is the gap between a
+    speculative step and a plain one, K=0 with speculation configured
+    included: a profile that under-prices that gap over-states R, which the
+    ``high`` bound carries only as far as the profile's half-widths do.
+    Cells neither side can price are left out of both. None without a priced
+    mix (a profile without a plain baseline prices only the live cells):
+    nothing can then say.
     """
-    if not spec.baseline or not mix:
+    if not mix:
         return None
     at_estimate = live_goodput_grid(spec, per_position, itl_scale)
-    cells, plain = _priced(spec, at_estimate, itl_scale, mix)
-    if plain <= 0:
+    priced = _priced(spec, at_estimate, itl_scale, mix, timed)
+    if priced.plain <= 0:
         return None
     n = len(per_position)
     widths = list(half_width) + [0.0] * n
     lower = [min(max(a - w, 0.0), 1.0) for a, w in zip(per_position, widths, strict=False)]
     upper = [min(max(a + w, 0.0), 1.0) for a, w in zip(per_position, widths, strict=False)]
+    max_k = spec.fingerprint.max_k
 
-    def ratio_of(grid: FloatArray) -> float:
-        total = sum(w * row * float(grid[row, k]) for (row, k), w in cells.items())
-        return total / plain
+    def ratio_at(acceptance: Sequence[float], grid: FloatArray | None = None) -> float:
+        if grid is None:
+            grid = live_goodput_grid(spec, acceptance, itl_scale)
+        total = sum(w * row * float(grid[row, k]) for (row, k), w in priced.modelled.items())
+        if priced.live and timed is not None:
+            lengths = acceptance_lengths(acceptance, max_k)
+            total += sum(
+                w * size * float(lengths[k]) * 1000.0 / timed.cell_ms[(bucket_of(size), k)]
+                for (size, k), w in priced.live.items()
+            )
+        return total / priced.plain
 
-    def ratio_at(acceptance: Sequence[float]) -> float:
-        return ratio_of(live_goodput_grid(spec, acceptance, itl_scale))
-
-    mid = ratio_of(at_estimate)
-    cost = _cost_half_width(spec, cells)
+    mid = ratio_at(per_position, at_estimate)
+    modelled_weight = sum(priced.modelled.values())
+    live_weight = sum(priced.live.values())
+    live_spread = 0.0
+    if timed is not None:
+        live_spread = sum(
+            w * timed.half_width.get((bucket_of(size), k), 0.0)
+            for (size, k), w in priced.live.items()
+        )
+    cost = (_cost_half_width(spec, priced.modelled) * modelled_weight + live_spread) / (
+        modelled_weight + live_weight
+    )
     low = ratio_at(lower) * (1.0 - cost)
     high = ratio_at(upper) * (1.0 + cost)
-    sizes = tuple(sorted({row for row, _ in cells}))
-    return LiveRatio(round(mid, 4), round(min(low, mid), 4), round(max(high, mid), 4), sizes)
+    sizes = tuple(sorted({row for row, _ in (*priced.modelled, *priced.live)}))
+    share = live_weight / (modelled_weight + live_weight)
+    return LiveRatio(
+        round(mid, 4), round(min(low, mid), 4), round(max(high, mid), 4), sizes, round(share, 4)
+    )

@@ -4,6 +4,8 @@ operator's telemetry queries and the dashboards read, all named by ``contract.Se
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +13,7 @@ from specdeploy.chart import dashboard_queries
 from specdeploy.operator.telemetry.queries import Target, build_queries
 from specdeploy.runtime.contract import Series, bucket_bounds, bucket_index, bucket_label
 from specdeploy.runtime.policy.base import StepRecord
+from specdeploy.runtime.vllm_addon import k0_pass
 from specdeploy.runtime.vllm_addon.drafting import DraftingWindow, Drift
 from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.unit
 
 SCRAPE_LABELS = {"specdeploy_deployment", "specdeploy_namespace", "specdeploy_pool"}
 """Labels the scrape adds (PodMonitor relabelling), spelled like series in PromQL."""
-ADDON_NAME = re.compile(r"\bspecdeploy_(?!operator_)[a-z_]+")
+ADDON_NAME = re.compile(r"\bspecdeploy_(?!operator_)[a-z0-9_]+")
 
 
 def exported_samples() -> set[str]:
@@ -35,7 +38,13 @@ def exported_samples() -> set[str]:
     metrics.fault("step")
     metrics.explored(1)
     metrics.drafting(DraftingWindow(0.5, 0.9, Drift.BELOW, changed=True))
-    return {s.name for family in metrics.registry.collect() for s in family.samples}
+    with tempfile.TemporaryDirectory() as folder:  # an EAGLE pod's K=0 passes (k0_pass)
+        path = str(Path(folder) / "ledger.f64")
+        k0_pass.PassLedger(path, create=True).add(4, 0.002)
+        series = k0_pass.series_for("pool", {k0_pass.LEDGER_ENV: path})
+        assert series is not None
+        metrics.registry.register(series)
+        return {s.name for family in metrics.registry.collect() for s in family.samples}
 
 
 def scraped_names(member: Series) -> set[str]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-from specdeploy.runtime.floor import live_ratio
+from specdeploy.runtime.floor import LivePlain, live_ratio
 from specdeploy.runtime.profile import ProfileSpec, parse_profile
 from specdeploy.runtime.ranges import k_at
 from specdeploy.runtime.schedule import cost_model, derive_schedule, grid_rows, vanilla_gain
@@ -127,3 +127,53 @@ def test_cells_neither_side_can_price_are_left_out_of_both() -> None:
     priced = ratio(spec, RATES, mix={(4, 0): 1.0})
     beyond = ratio(spec, RATES, mix={(4, 0): 1.0, (4, 99): 5.0})
     assert beyond is not None and beyond.ratio == pytest.approx(priced.ratio, rel=0.05)
+
+
+# --- the pods' own plain step (LivePlain) ------------------------------------------------
+
+
+def timed(plain_ms: float, cells: dict[tuple[int, int], float], half: float = 0.01) -> LivePlain:
+    """Live step times in bucket 2 (batch 3-4): plain decoding's and the cells'."""
+    return LivePlain(
+        {2: plain_ms},
+        {(2, k): ms for (_, k), ms in cells.items()},
+        {(2, k): half for (_, k) in cells},
+    )
+
+
+def test_a_k0_cell_timed_live_is_its_plain_step_over_its_step_whatever_the_profile_says() -> None:
+    """The profile's K=0 tax is 8% and its half-widths 5%; the pods time K=0 at 40 ms
+    and their plain step (K=0 less the drafter's pass) at 38 ms: R is 0.95, live against
+    live, and its interval is the live half-width alone."""
+    noisy = with_baseline(half_width=0.05)
+    live = ratio(noisy, COLLAPSED, mix={(4, 0): 1.0}, timed=timed(38.0, {(4, 0): 40.0}))
+    assert live.ratio == pytest.approx(0.95, abs=1e-4)
+    assert live.high == pytest.approx(0.95 * 1.01, abs=1e-4)
+    assert live.live_share == 1.0
+    modelled = ratio(noisy, COLLAPSED, mix={(4, 0): 1.0})
+    assert modelled.live_share == 0.0
+    spread = (modelled.high - modelled.low) / modelled.ratio  # the profile's 5%, both ways
+    assert spread > 4 * (live.high - live.low) / live.ratio
+
+
+def test_a_drafting_cell_timed_live_earns_its_live_acceptance_length() -> None:
+    spec = with_baseline()
+    step = timed(38.0, {(4, 3): 60.0})
+    held = ratio(spec, RATES, mix={(4, 3): 1.0}, timed=step)
+    lengths = 1 + 0.81 + 0.81 * 0.69 + 0.81 * 0.69 * 0.58
+    assert held.ratio == pytest.approx(lengths * 38.0 / 60.0, abs=1e-4)
+    wide = ratio(spec, RATES, mix={(4, 3): 1.0}, timed=step, half_width=(0.1,) * 5)
+    assert wide.low < held.ratio < wide.high  # acceptance's uncertainty still counts
+
+
+def test_cells_outside_the_timed_buckets_keep_the_profiles_price() -> None:
+    """Batch 64 has no live plain step: its half of the mix is priced as before."""
+    spec = with_baseline()
+    both = ratio(
+        spec, COLLAPSED, mix={(4, 0): 1.0, (64, 0): 1.0}, timed=timed(40.0, {(4, 0): 40.0})
+    )
+    assert both.live_share == 0.5
+    alone = ratio(spec, COLLAPSED, mix={(64, 0): 1.0})
+    assert alone.ratio < both.ratio < 1.0  # the live half at 1.0, the profile's at 1/1.08
+    missing_cell = timed(40.0, {(4, 1): 50.0})  # bucket timed, but not at the K that ran
+    assert ratio(spec, COLLAPSED, mix={(4, 0): 1.0}, timed=missing_cell).live_share == 0.0

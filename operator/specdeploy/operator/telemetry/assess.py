@@ -24,7 +24,8 @@ window it is the recorded view's (its acceptance and its pooled cost ratio,
 the only correction a view records). With a window it also returns R, what
 the pods ran (the window's (batch size, K) mix) against plain decoding at
 that mix, with its interval (``runtime.floor.live_ratio``): the live floor's
-evidence, one value per window.
+evidence, one value per window. Plain decoding's step is the pods' own where
+their K=0 steps give it (``estimate.live_plain``), else the profile's.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from specdeploy.operator.telemetry.estimate import (
     cell_ratios,
     estimate_acceptance,
     itl_scale,
+    live_plain,
     pooled_ratio,
     served_mix,
 )
@@ -250,6 +252,7 @@ def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> Assessment:
         half_width=estimate.half_width,
         itl_scale=scale,
         mix=served_mix(window, rows),
+        timed=live_plain(window, spec.fingerprint.method, settings),
     )
     if previous is not None and not _moved(previous, record, settings.record_tolerance):
         return Assessment(previous, goodput, floor)

@@ -26,8 +26,14 @@ import numpy as np
 
 from specdeploy.operator.telemetry.settings import TelemetrySettings
 from specdeploy.operator.telemetry.window import Cell, PoolWindow, StepTimes
-from specdeploy.runtime.contract import bucket_bounds, bucket_index
+from specdeploy.runtime.contract import (
+    K0_PASS_DRAFTERS,
+    STATELESS_DRAFTERS,
+    bucket_bounds,
+    bucket_index,
+)
 from specdeploy.runtime.cost import StepCostModel
+from specdeploy.runtime.floor import LivePlain
 from specdeploy.runtime.goodput import FloatArray, per_position_from_counts
 
 Z95 = 1.96
@@ -167,6 +173,67 @@ def itl_scale(ratios: Sequence[CellRatio], rows: int, settings: TelemetrySetting
         lo, hi = bucket_bounds(bucket)
         scale[lo : min(hi, rows - 1) + 1] = shrunk([r for r in ratios if r.bucket == bucket])
     return scale
+
+
+def mean_half_width(steps: float, settings: TelemetrySettings) -> float:
+    """Relative 95% half-width of a mean over ``steps`` clean steps whose times vary with
+    ``step_cv`` and lag-1 autocorrelation ``step_rho`` (fewer independent steps)."""
+    if steps <= 0:
+        return math.inf
+    rho = min(max(settings.step_rho, 0.0), 0.99)
+    effective = steps * (1.0 - rho) / (1.0 + rho)
+    return Z95 * settings.step_cv / math.sqrt(effective)
+
+
+def live_plain(window: PoolWindow, method: str, settings: TelemetrySettings) -> LivePlain | None:
+    """Plain decoding's step time per batch bucket from the pods' own clean K=0 steps.
+
+    With the add-on's plugin a K=0 step is a plain step for a stateless
+    drafter (n-gram), and a plain step plus the drafter's K=0 pass for the
+    drafters the add-on times (``contract.K0_PASS_DRAFTERS``, their pass in
+    ``window.k0_passes``). A bucket counts with ``cost_min_steps`` K=0 steps
+    and, for a timed drafter, a pass for about each of them (the two are
+    counted on the same steps; a pod that does not time its pass, a GPU one
+    today, gives none). Cells with ``cost_min_steps`` steps in such a bucket
+    get their live mean. None where no bucket counts or the method's K=0
+    step is not known to be plain (MTP, suffix).
+    """
+    timed_pass = method in K0_PASS_DRAFTERS
+    if not timed_pass and method not in STATELESS_DRAFTERS:
+        return None
+    enough = settings.cost_min_steps
+    plain_ms: dict[int, float] = {}
+    steps_at: dict[int, float] = {}
+    for (label, k), times in window.step_times.items():
+        bucket = bucket_index(label)
+        if bucket is None or k != 0 or times.count < enough:
+            continue
+        pass_ms = 0.0
+        if timed_pass:
+            passes = window.k0_passes.get(label)
+            if passes is None or not 0.8 * times.count <= passes.count <= 1.25 * times.count:
+                continue
+            pass_ms = passes.mean_ms
+        plain = times.mean_ms - pass_ms
+        if math.isfinite(plain) and plain > 0:
+            plain_ms[bucket], steps_at[bucket] = plain, times.count
+    if not plain_ms:
+        return None
+    cells: dict[tuple[int, int], float] = {}
+    half: dict[tuple[int, int], float] = {}
+    for (label, k), times in window.step_times.items():
+        bucket = bucket_index(label)
+        if bucket is None or bucket not in plain_ms or times.count < enough:
+            continue
+        cells[(bucket, k)] = times.mean_ms
+        remainder = settings.live_plain_remainder_ms / plain_ms[bucket]
+        # K=0: the plain step is this cell's own steps less their pass, so their noise
+        # cancels; another K's mean and the plain one are two samples.
+        sampling = 0.0 if k == 0 else math.hypot(
+            mean_half_width(steps_at[bucket], settings), mean_half_width(times.count, settings)
+        )  # fmt: skip
+        half[(bucket, k)] = remainder + sampling
+    return LivePlain(plain_ms, cells, half)
 
 
 def served_mix(window: PoolWindow, rows: int) -> dict[tuple[int, int], float]:

@@ -30,6 +30,7 @@ BY = f"{NAMESPACE}, {DEPLOYMENT}, {POOL}"
 REACHED, PROPOSED, ACCEPTED = "reached", "proposed", "accepted"
 VERIFIED, SEQUENCE_STEPS = "verified", "sequence_steps"
 STEP_SECONDS, STEP_COUNT, STEPS_BY_K = "step_seconds", "step_count", "steps_by_k"
+K0_PASS_SECONDS, K0_PASSES = "k0_pass_seconds", "k0_passes"
 REQUESTS, FRESHNESS = "requests", "freshness"
 GENERATION, WAITING = "generation", "waiting"
 
@@ -43,9 +44,13 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     (STEP_SECONDS, Series.STEP_SECONDS.histogram_sum, _CELL),
     (STEP_COUNT, Series.STEP_SECONDS.histogram_count, _CELL),
     (STEPS_BY_K, Series.STEPS.total, SeriesLabel.K),
+    (K0_PASS_SECONDS, Series.K0_PASS_SECONDS.total, SeriesLabel.BATCH_BUCKET),
+    (K0_PASSES, Series.K0_PASSES.total, SeriesLabel.BATCH_BUCKET),
 )
 REQUIRED = (REACHED, SEQUENCE_STEPS, FRESHNESS)
 """Families every speculating pool exports; the others may legitimately be empty."""
+STATEFUL_DRAFTERS_ONLY = frozenset({Series.K0_PASS_SECONDS.total, Series.K0_PASSES.total})
+"""Families only pods whose drafter runs a K=0 pass export (EAGLE on a CPU device, today)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,19 @@ def _step_times(
     return {cell: StepTimes(total.get(cell, 0.0), n) for cell, n in count.items() if n > 0}
 
 
+def _k0_passes(seconds: Sequence[Sample], counts: Sequence[Sample]) -> dict[str, StepTimes]:
+    def by_bucket(samples: Sequence[Sample]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in samples:
+            bucket = s.labels.get(SeriesLabel.BATCH_BUCKET)
+            if bucket:
+                out[bucket] = out.get(bucket, 0.0) + max(s.value, 0.0)
+        return out
+
+    total, count = by_bucket(seconds), by_bucket(counts)
+    return {b: StepTimes(total.get(b, 0.0), n) for b, n in count.items() if n > 0}
+
+
 def _steps_by_k(samples: Sequence[Sample]) -> dict[int, float]:
     out: dict[int, float] = {}
     for s in samples:
@@ -182,6 +200,7 @@ def windows_from(
             sequence_steps=_total(of(SEQUENCE_STEPS)),
             step_times=_step_times(of(STEP_SECONDS), of(STEP_COUNT)),
             steps_by_k=_steps_by_k(of(STEPS_BY_K)),
+            k0_passes=_k0_passes(of(K0_PASS_SECONDS), of(K0_PASSES)),
             requests_per_second=_total(requests) if requests else None,
             generation_tokens_per_second=_total(generation) if generation else None,
             waiting_requests=_total(waiting) if waiting else None,

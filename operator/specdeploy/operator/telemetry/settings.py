@@ -42,6 +42,20 @@ class TelemetrySettings:
     """Clean decode steps a (batch bucket, K) cell needs to count in the cost test."""
     cost_prior_steps: float = 500.0
     """Pseudo-steps at ratio 1.0 that shrink the live cost correction of the table."""
+    live_plain_remainder_ms: float = 0.2
+    """What a K=0 step spends beyond a plain step and the drafter's pass with the
+    add-on's plugin (the speculative metadata, the KV lookahead slots, the
+    scheduler's bookkeeping): at most 0.2 ms measured on the CPU engine
+    (``bench/results/k0_anatomy.md``). R's cost uncertainty where the pods timed
+    plain decoding's step (``estimate.live_plain``) is this over the plain step,
+    plus ``live_plain_sampling``."""
+    step_cv: float = 0.16
+    """Step-to-step coefficient of variation of a clean step's time, and ...
+    """
+    step_rho: float = 0.72
+    """... its lag-1 autocorrelation: the sampling error of a live mean step time
+    (fitted on the shipped CPU profile's raw runs, ``bench/search_noise.py``; a
+    GPU's steps vary less, so this errs wide)."""
     stale_intervals: float = 2.0
     """A series whose newest sample is older than this many intervals (+ 15 s) is stale."""
     timeout_seconds: float = 10.0

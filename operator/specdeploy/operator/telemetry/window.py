@@ -42,6 +42,9 @@ class PoolWindow:
     sequence_steps: float = 0.0
     step_times: Mapping[Cell, StepTimes] = field(default_factory=dict)
     steps_by_k: Mapping[int, float] = field(default_factory=dict)
+    k0_passes: Mapping[str, StepTimes] = field(default_factory=dict)
+    """The drafter's K=0 passes per batch bucket label (stateful drafters' pods only,
+    ``vllm_addon.k0_pass``): what a clean K=0 step spends beyond a plain step."""
     requests_per_second: float | None = None
     generation_tokens_per_second: float | None = None
     """vLLM's output tokens/s over the window, summed over the pool's pods (its served demand)."""

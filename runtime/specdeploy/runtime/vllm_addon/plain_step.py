@@ -65,7 +65,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from specdeploy.runtime.contract import PodEnv
+from specdeploy.runtime.contract import K0_PASS_DRAFTERS, STATELESS_DRAFTERS, PodEnv
 from specdeploy.runtime.vllm_addon import k0_pass
 
 log = logging.getLogger("specdeploy.addon")
@@ -77,10 +77,10 @@ the add-on runs."""
 _OFF = ("off", "0", "false", "no")
 _ON = ("on", "1", "true", "yes")
 
-STATELESS_METHODS = frozenset({"ngram"})
+STATELESS_METHODS = STATELESS_DRAFTERS
 """Speculative methods whose drafter keeps no state between steps (CPU n-gram)."""
 
-EMPTY_AT_K0_METHODS = STATELESS_METHODS | {"eagle", "eagle3", "draft_model"}
+EMPTY_AT_K0_METHODS = STATELESS_METHODS | K0_PASS_DRAFTERS
 """Methods whose K=0 proposal vLLM 0.32 leaves empty: the n-gram lookup of length 0,
 and ``SpecDecodeBaseProposer.propose`` (EAGLE, EAGLE-3, draft models), which returns
 an empty tensor after the K=0 pass that keeps the drafter's KV in sync. The draft

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from specdeploy.operator.telemetry.drift import CostStreak, acceptance_drifted, next_streak
@@ -9,6 +11,8 @@ from specdeploy.operator.telemetry.estimate import (
     batch_weights,
     cell_ratios,
     estimate_acceptance,
+    live_plain,
+    mean_half_width,
     pooled_ratio,
     served_mix,
 )
@@ -114,3 +118,60 @@ def test_acceptance_drift_is_a_confident_move_beyond_tolerance_and_interval() ->
     assert acceptance_drifted(low, PROFILE_RATES, S)
     assert not acceptance_drifted(same, PROFILE_RATES, S)
     assert not acceptance_drifted(trickle, PROFILE_RATES, S)
+
+
+# --- plain decoding's live step (live_plain) ----------------------------------------------
+
+
+def steps(
+    cells: dict[tuple[str, int], tuple[float, float]], **passes: tuple[float, float]
+) -> PoolWindow:
+    """A window with clean steps per (bucket, K): (mean ms, count); passes per bucket
+    (keyword ``b9_16`` for "9-16"): (mean ms, count)."""
+    return PoolWindow(
+        window_seconds=60,
+        step_times={c: StepTimes(ms * n / 1000.0, n) for c, (ms, n) in cells.items()},
+        k0_passes={
+            b.removeprefix("b").replace("_", "-"): StepTimes(ms * n / 1000.0, n)
+            for b, (ms, n) in passes.items()
+        },
+    )
+
+
+def test_an_eagle_pods_plain_step_is_its_k0_step_less_the_timed_pass() -> None:
+    settings = TelemetrySettings()
+    window = steps({("9-16", 0): (40.0, 4000), ("9-16", 2): (55.0, 1000)}, b9_16=(2.0, 4000))
+    timed = live_plain(window, "eagle", settings)
+    assert timed is not None
+    assert timed.plain_ms == {4: pytest.approx(38.0)}
+    assert timed.cell_ms == {(4, 0): pytest.approx(40.0), (4, 2): pytest.approx(55.0)}
+    remainder = settings.live_plain_remainder_ms / 38.0
+    assert timed.half_width[(4, 0)] == pytest.approx(remainder), "K=0: the same steps"
+    sampling = math.hypot(mean_half_width(4000, settings), mean_half_width(1000, settings))
+    assert timed.half_width[(4, 2)] == pytest.approx(remainder + sampling)
+
+
+def test_without_its_pass_timed_an_eagle_bucket_has_no_live_plain_step() -> None:
+    """A GPU pod does not time its pass yet; a pass count far from the step count means
+    the two were not counted on the same steps."""
+    settings = TelemetrySettings()
+    assert live_plain(steps({("9-16", 0): (40.0, 4000)}), "eagle", settings) is None
+    mismatched = steps({("9-16", 0): (40.0, 4000)}, b9_16=(2.0, 900))
+    assert live_plain(mismatched, "eagle3", settings) is None
+
+
+def test_an_ngram_k0_step_is_a_plain_step_and_other_methods_say_nothing() -> None:
+    settings = TelemetrySettings()
+    window = steps({("1", 0): (30.0, 500), ("3-4", 0): (31.0, 50)})
+    timed = live_plain(window, "ngram", settings)
+    assert timed is not None and timed.plain_ms == {0: pytest.approx(30.0)}, "50 steps: too few"
+    assert live_plain(window, "mtp", settings) is None
+    assert live_plain(window, "suffix", settings) is None
+
+
+def test_the_sampling_error_shrinks_with_steps_and_grows_with_their_correlation() -> None:
+    settings = TelemetrySettings()
+    assert mean_half_width(4000, settings) < mean_half_width(400, settings)
+    independent = TelemetrySettings(step_rho=0.0)
+    assert mean_half_width(400, independent) == pytest.approx(1.96 * 0.16 / 20.0)
+    assert mean_half_width(400, settings) > mean_half_width(400, independent)

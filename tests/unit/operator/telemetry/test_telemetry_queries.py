@@ -11,6 +11,8 @@ from specdeploy.operator.telemetry.interval import IntervalError, parse_interval
 from specdeploy.operator.telemetry.queries import (
     ACCEPTED,
     FRESHNESS,
+    K0_PASS_SECONDS,
+    K0_PASSES,
     REACHED,
     STEP_COUNT,
     STEP_SECONDS,
@@ -27,7 +29,7 @@ ONE = [Target("inference", "llama-8b-chat")]
 def test_one_query_per_family_grouped_by_pool_not_per_pool_or_position() -> None:
     queries = build_queries(ONE, 60)
     names = [q.name for q in queries]
-    assert len(names) == len(set(names)) == 12
+    assert len(names) == len(set(names)) == 14
     for q in queries:
         assert "specdeploy_pool" in q.promql
         assert q.promql.startswith(
@@ -85,6 +87,19 @@ def test_answers_become_one_window_per_pool_with_positions_in_order() -> None:
     assert ("1", 1) not in h100.step_times  # no steps, no cell
     assert h100.age_seconds == pytest.approx(10.0)
     assert windows[("inference", "d", "A100")].age_seconds == pytest.approx(600.0)
+
+
+def test_the_drafters_k0_passes_become_the_windows_per_bucket_times() -> None:
+    answers = {
+        K0_PASS_SECONDS: [sample(0.4, batch_bucket="9-16"), sample(1.0, batch_bucket="1")],
+        K0_PASSES: [sample(200, batch_bucket="9-16"), sample(0, batch_bucket="1")],
+        FRESHNESS: [sample(990.0), sample(990.0, "A100")],
+    }
+    windows = windows_from(answers, window_seconds=60)
+    passes = windows[("inference", "d", "H100")].k0_passes
+    assert passes.keys() == {"9-16"}, "a bucket without passes in the window has none"
+    assert passes["9-16"].mean_ms == pytest.approx(2.0)
+    assert windows[("inference", "d", "A100")].k0_passes == {}, "an n-gram pod times nothing"
 
 
 def test_a_pool_without_a_freshness_sample_has_no_window_and_unlabelled_series_are_ignored() -> (

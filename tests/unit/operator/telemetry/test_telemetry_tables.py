@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from specdeploy.operator.config import Config
 from specdeploy.operator.decision.decide import decide
 from specdeploy.operator.decision.plan import plan
 from specdeploy.operator.telemetry.assess import PoolInputs, assess_pool, in_force
 from specdeploy.operator.telemetry.settings import TelemetrySettings
-from specdeploy.operator.telemetry.window import FetchProblem, TelemetryReport
+from specdeploy.operator.telemetry.window import FetchProblem, StepTimes, TelemetryReport
 from specdeploy.runtime.ranges import schedule_problems, validate_vllm
 from specdeploy.runtime.schedule import derive_schedule
 from tests.unit.operator.telemetry.fakes import (
@@ -263,3 +266,23 @@ def test_a_plain_pools_canary_series_are_used_when_fresh_and_never_waited_for() 
         **kwargs,
     )
     assert beside.condition.reason == "Healthy" and set(beside.windows) == {"NVIDIA-L4"}
+
+
+def test_r_of_an_eagle_pool_at_k0_is_its_own_plain_step_over_its_k0_step() -> None:
+    """The example profile has no plain baseline, so R could not be priced; the pods
+    timed their K=0 step (40 ms) and the head's pass in it (2 ms): R = 38 / 40, with
+    no more than the plugin's remainder for an interval."""
+    base = window((0.02, 0.01, 0.0, 0.0, 0.0), k=0, steps=5000.0)
+    k0 = replace(
+        base,
+        step_times={("3-4", 0): StepTimes(0.040 * 5000, 5000.0)},
+        k0_passes={"3-4": StepTimes(0.002 * 5000, 5000.0)},
+    )
+    spec = profile_spec(body())
+    assert spec.fingerprint.method == "eagle3" and not spec.baseline
+    found = assess_pool(replace(inputs(LOW), window=k0), TelemetrySettings()).ratio
+    assert found is not None and found.live_share == 1.0
+    assert found.ratio == pytest.approx(38.0 / 40.0, abs=1e-4)
+    assert found.high < 0.96
+    untimed = replace(k0, k0_passes={})  # a GPU pod today: its pass is not timed
+    assert assess_pool(replace(inputs(LOW), window=untimed), TelemetrySettings()).ratio is None
