@@ -20,12 +20,13 @@ and the add-on's collector reads it when scraped:
 
 Only decode-only steps are timed (every request scheduled one new token
 plus its drafts), the steps the add-on's step-time histogram counts as
-clean; the bucket is the step's number of requests, as the add-on's. The
-pass is timed with the process clock where it runs synchronously (a CPU
-device). On a GPU its kernels are queued asynchronously and the clock would
-time the launch, not the pass: nothing is timed there yet (no series, and
-the operator keeps the profile's plain cost), which needs CUDA events and a
-GPU to check them on. One writer per engine: tensor-parallel ranks other
+clean; the bucket is the step's number of requests, as the add-on's. On a
+CPU device the pass runs synchronously and the process clock times it. On
+a GPU its kernels are queued asynchronously, so the process clock would
+time their launch: there a pair of CUDA events brackets the pass and is
+read a step or more later, once the GPU has run it (``CudaClock``; no
+synchronisation is added). That path is unit-tested on stand-ins only: no
+GPU has run it yet. One writer per engine: tensor-parallel ranks other
 than the first do not write.
 
 The ledger's path is ``SPECDEPLOY_K0_PASS_FILE``: the first vLLM process of
@@ -40,6 +41,7 @@ import mmap
 import os
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -164,21 +166,63 @@ def worker_ledger() -> PassLedger | None:
     return _ledger
 
 
+class CudaClock:
+    """The pass's GPU time from CUDA events, read once the GPU has run it: never a sync.
+
+    Each pass records a start and an end event on the current stream; a later
+    pass collects every earlier one whose end event has completed (by then
+    the step that queued it has long synchronised). At most ``limit`` wait;
+    older ones are dropped, untimed, rather than held.
+    """
+
+    def __init__(self, event: Callable[[], Any] | None = None, limit: int = 64) -> None:
+        self._event = event
+        self.pending: deque[tuple[int, Any, Any]] = deque(maxlen=limit)
+
+    def new_event(self) -> Any:
+        if self._event is None:
+            import torch
+
+            return torch.cuda.Event(enable_timing=True)
+        return self._event()
+
+    def run(self, requests: int, call: Callable[[], Any], book: PassLedger) -> Any:
+        start, end = self.new_event(), self.new_event()
+        start.record()
+        out = call()
+        end.record()
+        self.collect(book)
+        self.pending.append((requests, start, end))
+        return out
+
+    def collect(self, book: PassLedger) -> None:
+        while self.pending and self.pending[0][2].query():
+            requests, start, end = self.pending.popleft()
+            book.add(requests, start.elapsed_time(end) / 1000.0)  # ms -> s
+
+
+_cuda_clock = CudaClock()
+
+
 def timed_pass(
     runner: Any,
     call: Callable[[], Any],
     scheduler_output: Any,
     ledger: Callable[[], PassLedger | None] | None = None,
+    cuda: CudaClock | None = None,
 ) -> Any:
-    """Run a stateful drafter's K=0 pass (``call``), timing it on a CPU decode-only step
-    into ``ledger()`` (the worker's by default)."""
+    """Run a stateful drafter's K=0 pass (``call``), timing it on a decode-only step into
+    ``ledger()`` (the worker's by default): the process clock on a CPU device, CUDA
+    events on a GPU (``CudaClock``); any other device is not timed."""
     device = getattr(getattr(runner, "device", None), "type", "cpu")
-    requests = decode_only(scheduler_output) if device == "cpu" else 0
+    requests = decode_only(scheduler_output) if device in ("cpu", "cuda") else 0
     if not requests:
         return call()
     book = (ledger or worker_ledger)()
     if book is None:
         return call()
+    if device == "cuda":
+        return (cuda or _cuda_clock).run(requests, call, book)
     start = time.perf_counter()
     out = call()
     book.add(requests, time.perf_counter() - start)
@@ -221,6 +265,7 @@ def series_for(pool: str, environ: MutableMapping[str, str] | None = None) -> K0
 
 __all__ = [
     "LEDGER_ENV",
+    "CudaClock",
     "K0PassSeries",
     "PassLedger",
     "claim_path",

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specdeploy.runtime.vllm_addon import k0_pass, plain_step
@@ -94,7 +95,7 @@ def test_a_stateful_drafters_k0_pass_runs_and_is_timed_on_a_cpu_decode_step(
     assert ledger.totals().keys() == {2} and ledger.totals()[2][1] == 1
 
     cls("mtp").propose_draft_token_ids(output(3), [[1]] * 3)  # not in EMPTY_AT_K0_METHODS
-    cls("eagle", device="cuda").propose_draft_token_ids(output(3), [[1]] * 3)  # async: untimed
+    cls("eagle", device="xpu").propose_draft_token_ids(output(3), [[1]] * 3)  # no clock for it
     ngram = cls("ngram")
     ngram.propose_draft_token_ids(output(3), [[1]] * 3)
     assert ngram.drafted == 0, "a stateless drafter is skipped, no pass to time"
@@ -122,3 +123,47 @@ def test_the_add_on_exports_the_ledger_when_scraped(tmp_path: Path) -> None:
     text = generate_latest(registry).decode()
     assert 'specdeploy_drafter_k0_passes_total{batch_bucket="9-16",pool="cpu"} 1.0' in text
     assert 'specdeploy_drafter_k0_pass_seconds_total{batch_bucket="9-16",pool="cpu"} 0.003' in text
+
+
+class Event:
+    """Stands in for ``torch.cuda.Event``: done once the test says the GPU ran it."""
+
+    clock = 0.0
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.done = False
+
+    def record(self) -> None:
+        self.at = Event.clock
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: Event) -> float:
+        assert self.at is not None and end.at is not None
+        return end.at - self.at  # ms
+
+
+def test_on_a_gpu_the_pass_is_read_from_cuda_events_once_they_completed(tmp_path: Path) -> None:
+    ledger = k0_pass.PassLedger(str(tmp_path / "l.f64"), create=True)
+    clock = k0_pass.CudaClock(Event, limit=2)
+    runner = Runner("eagle", device="cuda")
+
+    def gpu_pass(ms: float) -> Any:
+        def run() -> Any:
+            Event.clock += ms  # the pass's kernels, as the GPU will run them
+            return runner.propose_draft_token_ids(output(4), [[1]] * 4)
+
+        return run
+
+    k0_pass.timed_pass(runner, gpu_pass(3.0), output(4), lambda: ledger, clock)
+    assert ledger.totals() == {}, "not read before the GPU ran it: no sync added"
+    for _, _, end in clock.pending:
+        end.done = True
+    k0_pass.timed_pass(runner, gpu_pass(5.0), output(4), lambda: ledger, clock)
+    seconds, passes = ledger.totals()[2]
+    assert seconds == pytest.approx(0.003) and passes == 1.0
+    for _ in range(3):  # never completed: at most ``limit`` wait, older ones dropped
+        k0_pass.timed_pass(runner, gpu_pass(1.0), output(4), lambda: ledger, clock)
+    assert len(clock.pending) == 2 and ledger.totals()[2][1] == 1.0
