@@ -12,7 +12,9 @@ replica step by step. This module joins them without a rule of its own:
 * **the telemetry**: each window of the speculating trace becomes the
   ``PoolWindow`` Prometheus would hand the operator (the add-on's counters:
   reached/proposed/accepted per position, verified tokens, sequence steps,
-  the clean decode steps' times per batch bucket and K), scaled by the number
+  the clean decode steps' times per batch bucket and K, and an EAGLE head's
+  K=0 pass as the pods time it: on a GPU with CUDA events, a path no GPU
+  has run yet, ``vllm_addon/k0_pass.py``), scaled by the number
   of speculating pods in the window. Step times carry live noise (log-normal
   AR(1), CV and lag-1 fitted on the shipped CPU profile's raw runs,
   ``bench/search_noise.py``), so the operator's cost correction sees what a
@@ -179,6 +181,18 @@ def telemetry_window(
         )
     for k in np.unique(trace.k[sel]).tolist():
         steps_by_k[int(k)] = float((trace.k[sel] == k).sum()) * pods
+    k0_passes: dict[str, StepTimes] = {}
+    if trace.k0_pass is not None:  # the drafter's K=0 pass, as the pods time it (k0_pass)
+        passes = trace.k0_pass * traces.noise  # a step's clock runs slow for its pass too
+        timed = clean & (trace.k == 0) & (trace.k0_pass > 0)
+        for bs in np.unique(trace.batch_size[timed]).tolist():
+            at = timed & (trace.batch_size == bs)
+            label = bucket_label(int(bs))
+            before = k0_passes.get(label, StepTimes(0.0, 0.0))
+            k0_passes[label] = StepTimes(
+                before.seconds + float(passes[at].sum()) * pods,
+                before.count + float(at.sum()) * pods,
+            )
     return PoolWindow(
         window_seconds=window_s,
         reached=tuple(counts[0].tolist()),
@@ -188,6 +202,7 @@ def telemetry_window(
         sequence_steps=float(trace.decode_seqs[sel].sum()) * pods,
         step_times=step_times,
         steps_by_k=steps_by_k,
+        k0_passes=k0_passes,
         generation_tokens_per_second=float(trace.tokens[sel].sum()) * pods / window_s,
         age_seconds=5.0,
     )

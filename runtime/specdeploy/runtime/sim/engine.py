@@ -115,6 +115,9 @@ class StepTrace:
     counts: IntArray
     """Shape (steps, 5, maxK): per step the reached, proposed, accepted, offered and
     scheduled counts per position (``goodput.reached_counts``)."""
+    k0_pass: FloatArray | None = None
+    """Per step, the seconds of ``seconds`` a pod times as the drafter's K=0 pass
+    (``StepCost.k0_pass_seconds``; 0 at K > 0, with a prefill, or for other drafters)."""
 
     def windowed_throughput(self, window_s: float) -> tuple[FloatArray, FloatArray]:
         """(window end times, tokens/s) over consecutive windows of simulated time."""
@@ -252,6 +255,7 @@ class _Recorder:
         self.max_k = max_k
         self.counts = np.zeros((5, max_k), dtype=np.int64)  # reached..scheduled
         self.step_counts: list[IntArray] = []
+        self.k0_pass: list[float] = []
         self.tokens = 0
         self.seconds = 0.0
         self.steps = 0
@@ -276,7 +280,7 @@ class _Recorder:
         if self.trace:
             self.step_counts.append(row)
 
-    def step(self, row: _Row) -> None:
+    def step(self, row: _Row, k0_pass: float = 0.0) -> None:
         bs, k, dt, tokens, _end, decode, _prefill, _accepted, verified, context = row
         self.tokens += tokens
         self.seconds += dt
@@ -291,6 +295,7 @@ class _Recorder:
         self.last_k = k
         if self.trace:
             self.rows.append(row)
+            self.k0_pass.append(k0_pass)
 
     def result(self, end_time: float) -> SimResult:
         trace, requests = None, None
@@ -306,7 +311,7 @@ class _Recorder:
             )
             trace = StepTrace(
                 ints[0], ints[1], floats[2], ints[3], floats[4], ints[5], ints[6], ints[7],
-                ints[8], ints[9], counts,
+                ints[8], ints[9], counts, np.asarray(self.k0_pass, dtype=np.float64),
             )  # fmt: skip
         n = self.steps
         reached, proposed, accepted, offered, scheduled = self.counts
@@ -605,9 +610,13 @@ class _Run:
         if counted:
             self.rec.add_counts(counts)
             acc_total = int(accepted_dec.sum()) if k else 0
+            k0_pass = 0.0
+            if self.rec.trace and k == 0 and c.speculative and batch.n_pre == 0:
+                k0_pass = c.cost.k0_pass_seconds(n_dec, verified, ctx_dec)
             self.rec.step(
                 (n_dec + batch.n_pre, k, dt, tokens, end, n_dec, batch.prefill_tokens, acc_total,
-                 verified, ctx_dec)
+                 verified, ctx_dec),
+                k0_pass,
             )  # fmt: skip
         if self.policy is not None:
             self.policy.observe(

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass, field
 
+from specdeploy.runtime.contract import K0_PASS_DRAFTERS
 from specdeploy.runtime.sim.drafts import Drafter
 from specdeploy.runtime.sim.hardware import GPU
 from specdeploy.runtime.sim.models import TransformerModel
@@ -262,6 +263,17 @@ class StepCost:
         if plain_k0 and self.drafter.method in PLAIN_K0_METHODS:
             return 0.0
         return self.drafter.k0_seconds(self.roof, decode_seqs, tokens, context_tokens)
+
+    def k0_pass_seconds(
+        self, decode_seqs: int, verified_tokens: float, context_tokens: float
+    ) -> float:
+        """The part of a clean K=0 step the add-on's pods time as the drafter's K=0 pass
+        (``vllm_addon.k0_pass``: drafters in ``contract.K0_PASS_DRAFTERS``); 0 for others."""
+        drafter = self.drafter
+        if drafter is None or drafter.method not in K0_PASS_DRAFTERS:
+            return 0.0
+        seconds = drafter.k0_seconds(self.roof, decode_seqs, verified_tokens, context_tokens)
+        return seconds * self.time_scale
 
     def decode_itl(
         self,
