@@ -15,7 +15,9 @@ engine core does:
 4. proposal lengths and accepted counts per decoding request are drawn from
    its traffic class (``drafting``), the step's cost is the simulator's
    ``StepCost.step_seconds`` for exactly those decoding requests, verified
-   tokens, prefill chunks and KV context on the pod's GPU;
+   tokens, prefill chunks and KV context on the pod's GPU (with the add-on,
+   its plugin's K=0 step: ``KSource.plain_k0``; a stateful drafter's K=0
+   pass goes to the add-on's ledger as the worker would time it);
 5. the task sleeps that long (times ``time_scale``) to a running deadline,
    so host jitter does not accumulate; then each decoding request gains
    accepted + 1 tokens (capped by what it still has to say), a completed
@@ -232,7 +234,13 @@ class Engine:
             verified_tokens=verified,
             piecewise=self.ks.piecewise,
             switched=switched,
+            plain_k0=self.ks.plain_k0,
         )
+        ledger = self.ks.k0_ledger
+        if ledger is not None and k == 0 and decoding and not chunks:  # the worker's clock
+            timed = self.cost.k0_pass_seconds(len(decoding), verified, ctx_dec)
+            if timed > 0:  # a stateless drafter runs no pass (n-gram)
+                ledger.add(len(decoding), timed)
         await self._pace(seconds * self.time_scale)
         self._last_k = k
         self.steps += 1

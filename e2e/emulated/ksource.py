@@ -14,7 +14,10 @@ Four cases, from the arguments alone, as vLLM builds them:
   from the pod's ``SPECDEPLOY_*`` environment: its table watcher hot-reloads
   ``SPECDEPLOY_TABLE_FILE``, its metrics go to ``SPECDEPLOY_METRICS_PORT``,
   ``choose_k`` picks every step's K and ``finish_step`` gets the
-  ``StepReading`` vLLM's hook would read.
+  ``StepReading`` vLLM's hook would read. The add-on's vLLM plugin is
+  emulated with it: K=0 steps at plain cost but for a stateful drafter's
+  K=0 pass (``plain_k0``), which is timed into the add-on's ledger as the
+  worker would (``vllm_addon.k0_pass``).
 
 ``piecewise`` is whether vLLM runs with a K table set (the cost model charges
 piecewise CUDA graphs for it on the V1 model runner only: ``sim/step_time.py``).
@@ -29,7 +32,9 @@ from typing import Protocol
 
 from e2e.emulated.args import ServeArgs
 from specdeploy.runtime.contract import SCHEDULER_CLS, PodEnv
+from specdeploy.runtime.vllm_addon import k0_pass
 from specdeploy.runtime.vllm_addon.assembly import Addon, start_addon
+from specdeploy.runtime.vllm_addon.k0_pass import PassLedger
 from specdeploy.runtime.vllm_addon.settings import AddonSettings
 from specdeploy.runtime.vllm_addon.steps import StepReading
 
@@ -56,6 +61,17 @@ class KSource(Protocol):
         """``num_speculative_tokens`` (0 without speculation)."""
         ...
 
+    @property
+    def plain_k0(self) -> bool:
+        """The add-on's vLLM plugin runs (``vllm_addon.plain_step``): a K=0 step pays
+        no speculation overheads, only a stateful drafter's K=0 pass."""
+        ...
+
+    @property
+    def k0_ledger(self) -> PassLedger | None:
+        """Where the worker would time the drafter's K=0 pass (``vllm_addon.k0_pass``)."""
+        ...
+
     def choose(self, batch_size: int) -> int: ...
 
     def observe(
@@ -72,6 +88,8 @@ class KSource(Protocol):
 class Vanilla:
     speculative = False
     piecewise = False
+    plain_k0 = False
+    k0_ledger: PassLedger | None = None
     max_k = 0
 
     def choose(self, batch_size: int) -> int:
@@ -90,6 +108,8 @@ class Vanilla:
 class FixedK:
     speculative = True
     piecewise = False
+    plain_k0 = False
+    k0_ledger: PassLedger | None = None
 
     def __init__(self, k: int) -> None:
         self.max_k = k
@@ -110,6 +130,8 @@ class FixedK:
 class VllmLookup:
     speculative = True
     piecewise = True
+    plain_k0 = False
+    k0_ledger: PassLedger | None = None
 
     def __init__(self, lookup: list[int], max_k: int) -> None:
         self.lookup = lookup
@@ -132,10 +154,12 @@ class VllmLookup:
 class AddonK:
     speculative = True
     piecewise = True
+    plain_k0 = True
 
-    def __init__(self, addon: Addon, max_k: int) -> None:
+    def __init__(self, addon: Addon, max_k: int, k0_ledger: PassLedger | None = None) -> None:
         self.addon = addon
         self.max_k = max_k
+        self.k0_ledger = k0_ledger
 
     def choose(self, batch_size: int) -> int:
         return self.addon.controller.choose_k(batch_size)
@@ -185,7 +209,11 @@ def build_ksource(args: ServeArgs, environ: Mapping[str, str] | None = None) -> 
     if args.scheduler_cls != SCHEDULER_CLS:
         return VllmLookup(lookup, spec.num_speculative_tokens)
     env = addon_env(os.environ if environ is None else environ)
+    ledger = PassLedger(k0_pass.claim_path(env), create=True)  # the worker's, emulated
     addon = start_addon(
-        AddonSettings.from_env(env), lookup, num_speculative_tokens=spec.num_speculative_tokens
+        AddonSettings.from_env(env),
+        lookup,
+        num_speculative_tokens=spec.num_speculative_tokens,
+        environ=env,
     )
-    return AddonK(addon, spec.num_speculative_tokens)
+    return AddonK(addon, spec.num_speculative_tokens, ledger)

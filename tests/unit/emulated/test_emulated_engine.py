@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from e2e.emulated.ksource import FixedK, Vanilla
 from e2e.emulated.vllm_metrics import VllmMetrics
 from e2e.emulated.workloads import Workload, class_models
 from specdeploy.runtime.sim.presets import get_preset
+from specdeploy.runtime.vllm_addon.k0_pass import PassLedger
 from specdeploy.runtime.vllm_addon.steps import StepReading
 
 PRESET = get_preset("llama8b-eagle3-h200")
@@ -28,6 +30,8 @@ class Recording:
     k: int
     speculative: bool = True
     piecewise: bool = True
+    plain_k0: bool = False
+    k0_ledger: PassLedger | None = None
     seen: list[tuple[int, int, float | None, StepReading]] = field(default_factory=list)
 
     @property
@@ -143,6 +147,34 @@ def test_the_addon_gets_vllms_step_readings() -> None:
         assert all(kk == 3 and 0 <= a <= n <= 3 for kk, n, a in reading.requests)
         assert reading.verified_tokens == sum(1 + n for _, n, _ in reading.requests)
         assert reading.context_tokens >= 20 * len(reading.requests)
+
+
+def test_with_the_addons_plugin_a_k0_step_costs_plain_plus_the_heads_timed_pass(
+    tmp_path: Path,
+) -> None:
+    """The add-on's pods run its vLLM plugin: K=0 steps pay no speculation overheads,
+    only the EAGLE head's K=0 pass, which the worker times into the add-on's ledger on
+    decode-only steps (``vllm_addon.k0_pass``); without the plugin (vLLM's own lookup)
+    nothing is timed."""
+    ledger = PassLedger(str(tmp_path / "l.f64"), create=True)
+    plugged = Recording(k=0, plain_k0=True, k0_ledger=ledger)
+    e = engine(plugged)
+    run(e, [request(30) for _ in range(4)])
+    clean = [s for s in plugged.seen if s[2] is not None]
+    assert clean
+    batch_size = clean[-1][0]
+    ctx = clean[-1][3].context_tokens
+    vanilla = PRESET.cost.step_seconds(batch_size, 0, context_tokens=ctx, speculative=False)
+    timed = PRESET.cost.k0_pass_seconds(batch_size, batch_size, ctx)
+    assert clean[-1][2] == pytest.approx(vanilla + timed, rel=1e-3)
+    seconds = sum(t for t, _ in ledger.totals().values())
+    passes = sum(n for _, n in ledger.totals().values())
+    assert passes >= len(clean) and 0 < seconds / passes < 0.2 * clean[-1][2]
+
+    own = Recording(k=0)
+    run(engine(own), [request(30) for _ in range(4)])
+    k0_own = [s for s in own.seen if s[2] is not None][-1][2]
+    assert k0_own is not None and k0_own > clean[-1][2], "vLLM's own K=0 step costs more"
 
 
 def test_an_aborted_request_finishes_with_abort_and_frees_its_slot() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -63,10 +64,12 @@ def start_addon(
     data_parallel_size: int = 1,
     watch: bool = True,
     timer: SelfTimer | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Addon:
     """Build and start the add-on for an engine whose lookup vLLM built as ``vllm_lookup``.
 
     ``timer`` (``self_time``): export the add-on's own time and time the watcher's checks.
+    ``environ`` (default the process's) names the drafter's K=0 pass ledger (``k0_pass``).
     """
     if data_parallel_size > 1 and settings.policy != "off":
         raise AddonRefused(
@@ -89,7 +92,7 @@ def start_addon(
     metrics = AddonMetrics(settings.pool, num_speculative_tokens)
     if timer is not None:
         timer.register(metrics.registry)
-    k0_series = k0_pass.series_for(settings.pool)
+    k0_series = k0_pass.series_for(settings.pool, environ)
     if k0_series is not None:  # the plugin shares the worker's K=0 pass times (k0_pass)
         metrics.registry.register(k0_series)
     controller = KController(vllm_lookup, shape, metrics)

@@ -42,7 +42,7 @@ import os
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -257,7 +257,7 @@ class K0PassSeries(Collector):
         yield passes
 
 
-def series_for(pool: str, environ: MutableMapping[str, str] | None = None) -> K0PassSeries | None:
+def series_for(pool: str, environ: Mapping[str, str] | None = None) -> K0PassSeries | None:
     """The collector for this engine's ledger; None where the plugin set no path."""
     path = (os.environ if environ is None else environ).get(LEDGER_ENV, "").strip()
     return K0PassSeries(pool, PassLedger(path, create=False)) if path else None

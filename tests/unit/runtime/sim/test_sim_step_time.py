@@ -300,3 +300,17 @@ def test_the_addons_plugin_makes_a_k0_step_plain_but_for_a_drafter_with_state() 
         eagle_vanilla = eagle_cost.step_seconds(bs, 0, context_tokens=ctx, speculative=False)
         assert eagle.draft == eagle_cost.breakdown(bs, 0, context_tokens=ctx).draft > 0.0
         assert eagle.total == pytest.approx(eagle_vanilla + eagle.draft, rel=1e-12)
+
+
+def test_the_pass_a_pod_times_at_k0_is_the_drafters_k0_cost_for_drafters_with_state() -> None:
+    """``k0_pass_seconds``: what ``vllm_addon.k0_pass`` times (EAGLE's K=0 pass); a K=0
+    step less it costs a plain step with the plugin. N-gram runs no pass to time."""
+    eagle_cost = get_preset("seed-dense").cost
+    ngram_cost = get_preset("llama8b-ngram-a100").cost
+    for bs in (1, 16, 256):
+        ctx = bs * 512.0
+        k0 = eagle_cost.step_seconds(bs, 0, context_tokens=ctx, plain_k0=True)
+        vanilla = eagle_cost.step_seconds(bs, 0, context_tokens=ctx, speculative=False)
+        timed = eagle_cost.k0_pass_seconds(bs, bs, ctx)
+        assert timed > 0 and k0 - timed == pytest.approx(vanilla, rel=1e-9)
+        assert ngram_cost.k0_pass_seconds(bs, bs, ctx) == 0.0
