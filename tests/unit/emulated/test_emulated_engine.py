@@ -162,19 +162,20 @@ def test_with_the_addons_plugin_a_k0_step_costs_plain_plus_the_heads_timed_pass(
     run(e, [request(30) for _ in range(4)])
     clean = [s for s in plugged.seen if s[2] is not None]
     assert clean
-    batch_size = clean[-1][0]
-    ctx = clean[-1][3].context_tokens
+    batch_size, _, last, reading = clean[-1]
+    assert last is not None
+    ctx = reading.context_tokens
     vanilla = PRESET.cost.step_seconds(batch_size, 0, context_tokens=ctx, speculative=False)
     timed = PRESET.cost.k0_pass_seconds(batch_size, batch_size, ctx)
-    assert clean[-1][2] == pytest.approx(vanilla + timed, rel=1e-3)
+    assert last == pytest.approx(vanilla + timed, rel=1e-3)
     seconds = sum(t for t, _ in ledger.totals().values())
     passes = sum(n for _, n in ledger.totals().values())
-    assert passes >= len(clean) and 0 < seconds / passes < 0.2 * clean[-1][2]
+    assert passes >= len(clean) and 0 < seconds / passes < 0.2 * last
 
     own = Recording(k=0)
     run(engine(own), [request(30) for _ in range(4)])
     k0_own = [s for s in own.seen if s[2] is not None][-1][2]
-    assert k0_own is not None and k0_own > clean[-1][2], "vLLM's own K=0 step costs more"
+    assert k0_own is not None and k0_own > last, "vLLM's own K=0 step costs more"
 
 
 def test_an_aborted_request_finishes_with_abort_and_frees_its_slot() -> None:
