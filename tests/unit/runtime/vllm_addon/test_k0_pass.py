@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from specdeploy.runtime.vllm_addon import k0_pass, plain_step
+from tests.unit.runtime.vllm_addon.test_plain_step import Runner
 
 
 def output(requests: int, *, k: int = 0, drafts: int = 0, prefill: int = 0) -> SimpleNamespace:
@@ -60,22 +61,6 @@ def test_the_first_process_sets_the_path_its_children_inherit(tmp_path: Path) ->
     assert env[k0_pass.LEDGER_ENV] == path and path.endswith(".f64")
     assert k0_pass.claim_path(env) == path
     assert k0_pass.claim_path({k0_pass.LEDGER_ENV: "/x/y"}) == "/x/y"
-
-
-class Runner:
-    """Stands in for ``GPUModelRunner`` with a stateful drafter (EAGLE)."""
-
-    def __init__(self, method: str, device: str = "cpu") -> None:
-        self.speculative_config = SimpleNamespace(method=method)
-        self.device = SimpleNamespace(type=device)
-        self.drafted = 0
-
-    def propose_draft_token_ids(
-        self, scheduler_output: Any, sampled_token_ids: list[list[int]], *rest: Any
-    ) -> list[list[int]]:
-        self.drafted += 1
-        k = scheduler_output.num_spec_tokens_to_schedule
-        return [[7] * k for _ in sampled_token_ids]
 
 
 def test_a_stateful_drafters_k0_pass_runs_and_is_timed_on_a_cpu_decode_step(

@@ -14,10 +14,11 @@ from specdeploy.runtime.vllm_addon import assembly, plain_step
 
 
 class Runner:
-    """Stands in for ``GPUModelRunner``: counts the drafter's runs."""
+    """Stands in for ``GPUModelRunner``: counts the drafter's runs (on ``device``)."""
 
-    def __init__(self, method: str | None) -> None:
+    def __init__(self, method: str | None, device: str = "cpu") -> None:
         self.speculative_config = SimpleNamespace(method=method)
+        self.device = SimpleNamespace(type=device)
         self.drafted = 0
 
     def propose_draft_token_ids(
