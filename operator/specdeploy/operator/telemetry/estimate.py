@@ -193,10 +193,11 @@ def live_plain(window: PoolWindow, method: str, settings: TelemetrySettings) -> 
     drafters the add-on times (``contract.K0_PASS_DRAFTERS``, their pass in
     ``window.k0_passes``). A bucket counts with ``cost_min_steps`` K=0 steps
     and, for a timed drafter, a pass for about each of them (the two are
-    counted on the same steps; a pod that does not time its pass, a GPU one
-    today, gives none). Cells with ``cost_min_steps`` steps in such a bucket
-    get their live mean. None where no bucket counts or the method's K=0
-    step is not known to be plain (MTP, suffix).
+    counted on the same steps; a pod that does not time its pass gives none:
+    one on a device other than a CPU or a CUDA GPU, or an older add-on).
+    Cells with ``cost_min_steps`` steps in such a bucket get their live mean.
+    None where no bucket counts or the method's K=0 step is not known to be
+    plain (MTP, suffix).
     """
     timed_pass = method in K0_PASS_DRAFTERS
     if not timed_pass and method not in STATELESS_DRAFTERS:

@@ -50,7 +50,7 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
 REQUIRED = (REACHED, SEQUENCE_STEPS, FRESHNESS)
 """Families every speculating pool exports; the others may legitimately be empty."""
 STATEFUL_DRAFTERS_ONLY = frozenset({Series.K0_PASS_SECONDS.total, Series.K0_PASSES.total})
-"""Families only pods whose drafter runs a K=0 pass export (EAGLE on a CPU device, today)."""
+"""Families only pods whose drafter runs a K=0 pass export (EAGLE, EAGLE-3, draft models)."""
 
 
 @dataclass(frozen=True)

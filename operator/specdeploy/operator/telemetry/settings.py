@@ -48,14 +48,14 @@ class TelemetrySettings:
     scheduler's bookkeeping): at most 0.2 ms measured on the CPU engine
     (``bench/results/k0_anatomy.md``). R's cost uncertainty where the pods timed
     plain decoding's step (``estimate.live_plain``) is this over the plain step,
-    plus ``live_plain_sampling``."""
+    plus the means' sampling error (``step_cv``, ``step_rho``)."""
     step_cv: float = 0.16
-    """Step-to-step coefficient of variation of a clean step's time, and ...
-    """
+    """Step-to-step coefficient of variation of a clean step's time (fitted on the
+    shipped CPU profile's raw runs, ``bench/search_noise.py``; a GPU's steps vary
+    less, so this errs wide): with ``step_rho``, the sampling error of a live mean."""
     step_rho: float = 0.72
-    """... its lag-1 autocorrelation: the sampling error of a live mean step time
-    (fitted on the shipped CPU profile's raw runs, ``bench/search_noise.py``; a
-    GPU's steps vary less, so this errs wide)."""
+    """Lag-1 autocorrelation of clean step times (the same fit): fewer independent
+    steps than steps counted."""
     stale_intervals: float = 2.0
     """A series whose newest sample is older than this many intervals (+ 15 s) is stale."""
     timeout_seconds: float = 10.0

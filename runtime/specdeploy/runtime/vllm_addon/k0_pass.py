@@ -243,7 +243,7 @@ class K0PassSeries(Collector):
         labels = [SeriesLabel.POOL.value, SeriesLabel.BATCH_BUCKET.value]
         seconds = CounterMetricFamily(
             Series.K0_PASS_SECONDS.value,
-            "Seconds of the drafter's pass on clean K=0 steps (stateful drafters, CPU)",
+            "Seconds of the drafter's pass on decode-only K=0 steps (stateful drafters)",
             labels=labels,
         )
         passes = CounterMetricFamily(

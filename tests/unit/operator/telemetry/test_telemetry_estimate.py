@@ -152,8 +152,8 @@ def test_an_eagle_pods_plain_step_is_its_k0_step_less_the_timed_pass() -> None:
 
 
 def test_without_its_pass_timed_an_eagle_bucket_has_no_live_plain_step() -> None:
-    """A GPU pod does not time its pass yet; a pass count far from the step count means
-    the two were not counted on the same steps."""
+    """A pod that does not time its pass (an older add-on) gives none; a pass count far
+    from the step count means the two were not counted on the same steps."""
     settings = TelemetrySettings()
     assert live_plain(steps({("9-16", 0): (40.0, 4000)}), "eagle", settings) is None
     mismatched = steps({("9-16", 0): (40.0, 4000)}, b9_16=(2.0, 900))

@@ -284,5 +284,5 @@ def test_r_of_an_eagle_pool_at_k0_is_its_own_plain_step_over_its_k0_step() -> No
     assert found is not None and found.live_share == 1.0
     assert found.ratio == pytest.approx(38.0 / 40.0, abs=1e-4)
     assert found.high < 0.96
-    untimed = replace(k0, k0_passes={})  # a GPU pod today: its pass is not timed
+    untimed = replace(k0, k0_passes={})  # a pod that does not time its pass (older add-on)
     assert assess_pool(replace(inputs(LOW), window=untimed), TelemetrySettings()).ratio is None
