@@ -170,29 +170,28 @@ def telemetry_window(
     clean = sel & traces.clean
     step_times: dict[Cell, StepTimes] = {}
     steps_by_k: dict[int, float] = {}
+    k0_passes: dict[str, StepTimes] = {}
     live = traces.live_seconds
+    # the drafter's K=0 pass, as the pods time it (k0_pass); a step's clock runs slow for
+    # its pass too
+    timed_pass = trace.k0_pass
+    passes = None if timed_pass is None else timed_pass * traces.noise
+
+    def add(into: dict[Any, StepTimes], key: Any, seconds: float, steps: float) -> None:
+        before = into.get(key, StepTimes(0.0, 0.0))
+        into[key] = StepTimes(before.seconds + seconds * pods, before.count + steps * pods)
+
     for bs, k in set(zip(trace.batch_size[clean].tolist(), trace.k[clean].tolist(), strict=True)):
         at = clean & (trace.batch_size == bs) & (trace.k == k)
-        key = (bucket_label(int(bs)), int(k))
-        before = step_times.get(key, StepTimes(0.0, 0.0))
-        step_times[key] = StepTimes(
-            before.seconds + float(live[at].sum()) * pods,
-            before.count + float(at.sum()) * pods,
-        )
+        add(step_times, (bucket_label(int(bs)), int(k)), float(live[at].sum()), float(at.sum()))
+        if k == 0 and passes is not None and timed_pass is not None:
+            timed = at & (timed_pass > 0)
+            if timed.any():
+                add(
+                    k0_passes, bucket_label(int(bs)), float(passes[timed].sum()), float(timed.sum())
+                )
     for k in np.unique(trace.k[sel]).tolist():
         steps_by_k[int(k)] = float((trace.k[sel] == k).sum()) * pods
-    k0_passes: dict[str, StepTimes] = {}
-    if trace.k0_pass is not None:  # the drafter's K=0 pass, as the pods time it (k0_pass)
-        passes = trace.k0_pass * traces.noise  # a step's clock runs slow for its pass too
-        timed = clean & (trace.k == 0) & (trace.k0_pass > 0)
-        for bs in np.unique(trace.batch_size[timed]).tolist():
-            at = timed & (trace.batch_size == bs)
-            label = bucket_label(int(bs))
-            before = k0_passes.get(label, StepTimes(0.0, 0.0))
-            k0_passes[label] = StepTimes(
-                before.seconds + float(passes[at].sum()) * pods,
-                before.count + float(at.sum()) * pods,
-            )
     return PoolWindow(
         window_seconds=window_s,
         reached=tuple(counts[0].tolist()),

@@ -32,9 +32,8 @@ from typing import Protocol
 
 from e2e.emulated.args import ServeArgs
 from specdeploy.runtime.contract import SCHEDULER_CLS, PodEnv
-from specdeploy.runtime.vllm_addon import k0_pass
 from specdeploy.runtime.vllm_addon.assembly import Addon, start_addon
-from specdeploy.runtime.vllm_addon.k0_pass import PassLedger
+from specdeploy.runtime.vllm_addon.k0_pass import PassLedger, claim_path
 from specdeploy.runtime.vllm_addon.settings import AddonSettings
 from specdeploy.runtime.vllm_addon.steps import StepReading
 
@@ -209,7 +208,7 @@ def build_ksource(args: ServeArgs, environ: Mapping[str, str] | None = None) -> 
     if args.scheduler_cls != SCHEDULER_CLS:
         return VllmLookup(lookup, spec.num_speculative_tokens)
     env = addon_env(os.environ if environ is None else environ)
-    ledger = PassLedger(k0_pass.claim_path(env), create=True)  # the worker's, emulated
+    ledger = PassLedger(claim_path(env), create=True)  # the worker's, emulated
     addon = start_addon(
         AddonSettings.from_env(env),
         lookup,

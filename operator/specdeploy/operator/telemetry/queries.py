@@ -16,8 +16,9 @@ Pure: strings in, ``PoolWindow`` values out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from specdeploy.operator.telemetry.interval import promql_duration
 from specdeploy.operator.telemetry.vector import Query, Sample
@@ -138,42 +139,39 @@ def _total(samples: Sequence[Sample]) -> float:
     return sum(max(s.value, 0.0) for s in samples)
 
 
-def _step_times(
-    seconds: Sequence[Sample], counts: Sequence[Sample]
-) -> dict[tuple[str, int], StepTimes]:
-    def cells(samples: Sequence[Sample]) -> dict[tuple[str, int], float]:
-        out: dict[tuple[str, int], float] = {}
-        for s in samples:
-            k = _int_label(s, SeriesLabel.K)
-            bucket = s.labels.get(SeriesLabel.BATCH_BUCKET)
-            if k is not None and bucket:
-                out[(bucket, k)] = out.get((bucket, k), 0.0) + max(s.value, 0.0)
-        return out
-
-    total, count = cells(seconds), cells(counts)
-    return {cell: StepTimes(total.get(cell, 0.0), n) for cell, n in count.items() if n > 0}
+Key = TypeVar("Key", bound=Hashable)
 
 
-def _k0_passes(seconds: Sequence[Sample], counts: Sequence[Sample]) -> dict[str, StepTimes]:
-    def by_bucket(samples: Sequence[Sample]) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for s in samples:
-            bucket = s.labels.get(SeriesLabel.BATCH_BUCKET)
-            if bucket:
-                out[bucket] = out.get(bucket, 0.0) + max(s.value, 0.0)
-        return out
-
-    total, count = by_bucket(seconds), by_bucket(counts)
-    return {b: StepTimes(total.get(b, 0.0), n) for b, n in count.items() if n > 0}
-
-
-def _steps_by_k(samples: Sequence[Sample]) -> dict[int, float]:
-    out: dict[int, float] = {}
+def _summed(samples: Sequence[Sample], key: Callable[[Sample], Key | None]) -> dict[Key, float]:
+    """The samples' values (negatives as 0) summed per ``key``; samples keyed None left out."""
+    out: dict[Key, float] = {}
     for s in samples:
-        k = _int_label(s, SeriesLabel.K)
-        if k is not None:
-            out[k] = out.get(k, 0.0) + max(s.value, 0.0)
+        at = key(s)
+        if at is not None:
+            out[at] = out.get(at, 0.0) + max(s.value, 0.0)
     return out
+
+
+def _timed(
+    seconds: Sequence[Sample], counts: Sequence[Sample], key: Callable[[Sample], Key | None]
+) -> dict[Key, StepTimes]:
+    """Seconds and counts per ``key``, where anything was counted."""
+    total, count = _summed(seconds, key), _summed(counts, key)
+    return {at: StepTimes(total.get(at, 0.0), n) for at, n in count.items() if n > 0}
+
+
+def _cell(sample: Sample) -> tuple[str, int] | None:
+    k = _int_label(sample, SeriesLabel.K)
+    bucket = sample.labels.get(SeriesLabel.BATCH_BUCKET)
+    return (bucket, k) if k is not None and bucket else None
+
+
+def _bucket(sample: Sample) -> str | None:
+    return sample.labels.get(SeriesLabel.BATCH_BUCKET) or None
+
+
+def _k(sample: Sample) -> int | None:
+    return _int_label(sample, SeriesLabel.K)
 
 
 def windows_from(
@@ -198,9 +196,9 @@ def windows_from(
             accepted=_positions(of(ACCEPTED), max_positions),
             verified_tokens=_total(of(VERIFIED)),
             sequence_steps=_total(of(SEQUENCE_STEPS)),
-            step_times=_step_times(of(STEP_SECONDS), of(STEP_COUNT)),
-            steps_by_k=_steps_by_k(of(STEPS_BY_K)),
-            k0_passes=_k0_passes(of(K0_PASS_SECONDS), of(K0_PASSES)),
+            step_times=_timed(of(STEP_SECONDS), of(STEP_COUNT), _cell),
+            steps_by_k=_summed(of(STEPS_BY_K), _k),
+            k0_passes=_timed(of(K0_PASS_SECONDS), of(K0_PASSES), _bucket),
             requests_per_second=_total(requests) if requests else None,
             generation_tokens_per_second=_total(generation) if generation else None,
             waiting_requests=_total(waiting) if waiting else None,
