@@ -26,6 +26,11 @@ Two speeds:
   found a K whose optimistic goodput (``explore_z`` standard errors better)
   beats the current K's estimate, one step runs it (exploration), within
   ``explore_budget`` of all steps.
+* the plain reference (``plain_reference_share``): while a K >= 1 is in
+  force, a run of ``plain_reference_run`` K=0 steps every so many steps, so
+  that every pod keeps timing plain decoding (with the add-on's plugin a K=0
+  step is one), for the operator's live floor and for K=0's price here. A
+  countdown: one decrement and one compare per step.
 * every ``recompute_interval`` observed steps (``refresh``): fold the live
   counts into the estimators (a change test catches a collapse at once) and
   rebuild the dense tables as Python lists.
@@ -199,6 +204,12 @@ class AdaptivePolicy:
         self._explore_retries = 0
         self.switches = 0
         self.exploration_steps = 0
+        share, run = cfg.plain_reference_share, cfg.plain_reference_run
+        self._reference_period = max(round(run / share), run + 1) if share > 0.0 else 0
+        """Steps from one reference run's start to the next (0: no reference runs)."""
+        self._reference_due = self._reference_period
+        self._reference_left = 0
+        self.plain_reference_steps = 0
 
     @classmethod
     def from_profile(
@@ -249,6 +260,10 @@ class AdaptivePolicy:
             i = 1
         tick = self._tick + 1
         self._tick = tick
+        if self._reference_left > 0:
+            self._reference_left -= 1
+            self.plain_reference_steps += 1
+            return 0
         explore = self._explore_k
         if explore >= 0:
             self._explore_k = -1
@@ -256,6 +271,14 @@ class AdaptivePolicy:
             self.exploration_steps += 1
             return explore
         cur = self._k
+        due = self._reference_due - 1
+        self._reference_due = due
+        if due <= 0 and self._reference_period:
+            self._reference_due = self._reference_period
+            if cur > 0 and self._score[i][0] > _UNAVAILABLE:
+                self._reference_left = self.config.plain_reference_run - 1
+                self.plain_reference_steps += 1
+                return 0
         best = self._best_k[i]
         if best != cur:
             row = self._score[i]

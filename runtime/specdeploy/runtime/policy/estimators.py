@@ -196,8 +196,22 @@ class CostEstimator:
       cheaper or dearer relative to the others than the profile measured.
     * A context shift is additive, not a factor.
 
-    Evidence forgets with a half-life of ``half_life_steps`` timed steps.
+    Evidence forgets with a half-life of ``half_life_steps`` timed steps *of its
+    own K*, and ``SLOW_CLOCK`` times slower over all steps: a K the pod runs
+    rarely (the policy's plain reference, K=0 on about 1% of steps, or an
+    exploration) keeps what its steps said while the K in force runs on, so a
+    few dozen K=0 steps an hour can move r_0 away from a profile that priced
+    K=0 wrongly. With one clock for every K they could not: the K=0 evidence
+    of a 1% reference is worth ~29 steps at any time, against the prior's 16,
+    and r_0 stayed 36% of the way to the truth (``make bench-floor``'s
+    collapse: K=1 kept in force at 0.92x plain decoding, K=0 6% better).
+    Machine drift still reaches every K: the shared scale follows the K in
+    force.
     """
+
+    SLOW_CLOCK: ClassVar[float] = 16.0
+    """A K's evidence also halves every ``SLOW_CLOCK * half_life_steps`` steps of any K:
+    nothing is kept for good."""
 
     _SUMS = (
         "n", "f1", "f2", "f3", "ms",
@@ -274,8 +288,11 @@ class CostEstimator:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        keep = 0.5 ** (len(pending) / self._half_life)
-        self._sums *= keep
+        own = np.zeros(len(self._ks))
+        for _, k, _, _, _ in pending:
+            own[self._k_index[k]] += 1.0
+        clock = own + len(pending) / self.SLOW_CLOCK
+        self._sums *= (0.5 ** (clock / self._half_life))[None, :, None]
         ref = self._reference
         for bs, k, verified, context, ms in pending:
             f1 = self.prior.itl_ms(bs, k, verified, bs * ref)

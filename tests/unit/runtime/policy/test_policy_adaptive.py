@@ -27,7 +27,7 @@ from specdeploy.runtime.policy.base import StepRecord
 
 MAX_BS, MAX_K = 64, 4
 PRIOR = [0.8] * MAX_K
-NO_EXPLORATION = AdaptiveConfig(explore_budget=0.0)
+NO_EXPLORATION = AdaptiveConfig(explore_budget=0.0, plain_reference_share=0.0)
 
 
 @dataclass(frozen=True)
@@ -261,6 +261,51 @@ def test_exploration_tries_a_k_whose_optimistic_goodput_beats_the_current_one() 
     assert quiet.policy.current_k == 0 and quiet.policy.exploration_steps == 0
 
 
+# --- the plain reference -----------------------------------------------------------
+
+
+def test_a_pod_speculating_runs_k0_in_runs_at_the_reference_share() -> None:
+    """While a K >= 1 is in force, runs of ``plain_reference_run`` K=0 steps make about
+    ``plain_reference_share`` of the steps, and the K in force resumes after each."""
+    truth = Truth()
+    config = AdaptiveConfig(explore_budget=0.0)
+    engine = Engine(policy_for(truth, config), truth, seed=11)
+    ks = engine.run(8000, 8)
+    assert truth.best(8) >= 1 and engine.policy.current_k == truth.best(8)
+    runs = [len(list(group)) for k, group in itertools.groupby(ks) if k == 0]
+    assert runs and set(runs) == {config.plain_reference_run}
+    assert sum(runs) == engine.policy.plain_reference_steps
+    assert abs(sum(runs) - config.plain_reference_share * len(ks)) <= config.plain_reference_run
+    off = Engine(policy_for(truth, NO_EXPLORATION), truth, seed=11)
+    assert 0 not in off.run(8000, 8) and off.policy.plain_reference_steps == 0
+
+
+def test_a_pod_at_k0_adds_no_reference_steps() -> None:
+    truth = Truth(rates=(0.02,) * MAX_K)
+    engine = Engine(policy_for(truth, AdaptiveConfig(explore_budget=0.0)), truth, seed=12)
+    assert set(engine.run(4000, 8)) == {0}
+    assert engine.policy.plain_reference_steps == 0
+
+
+def test_the_plain_reference_corrects_a_profile_that_prices_k0_too_dear() -> None:
+    """A profile whose K=0 is 1 ms dearer relative to K >= 1 than the machine (another
+    machine's, or a noisy one) keeps K=1 in force after an acceptance collapse, 3%
+    below K=0, for good without the reference; with it, K=0's own steps price K=0
+    and the policy goes there (``make bench-floor``'s collapse, stop 51)."""
+    serving = Truth(rates=(0.02,) * MAX_K)
+    profiled = dict(drafter_ms=-1.0, rates=(0.02,) * MAX_K)
+    bs = 8
+    assert serving.best(bs) == 0  # the test can fail
+    assert Truth(**profiled).best(bs) >= 1  # type: ignore[arg-type]
+    config = AdaptiveConfig(explore_budget=0.0)
+    engine = Engine(policy_for(serving, config, **profiled), serving, seed=13)
+    ks = engine.run(20000, bs)
+    assert engine.policy.current_k == 0
+    assert all(k == 0 for k in ks[-2000:])
+    without = Engine(policy_for(serving, NO_EXPLORATION, **profiled), serving, seed=13)
+    assert 0 not in without.run(20000, bs)
+
+
 # --- the objective -----------------------------------------------------------------
 
 
@@ -406,19 +451,21 @@ def test_steps_at_two_k_tell_an_eagle_like_pod_what_drafts_cost(
     """An EAGLE-like drafter proposes K every step, so the steps of one K say nothing
     of the slope: the excess goes to the scale and r_K, K=0 included. Steps at a
     second K at the same batch size (here the policy's own move from K=4 to K=3)
-    tell it, and the policy goes on to K=0; with the slope off it stays at K=3."""
+    tell it, and the policy goes on to K=0; with the slope off it stays at K=3. (No
+    plain reference: its K=0 steps would price K=0 directly, another mechanism.)"""
     from specdeploy.runtime.policy.estimators import CostEstimator
 
     profiled = Truth()
     serving = Truth(draft_token_ms=0.2)
     bs = 32
     assert profiled.best(bs) == MAX_K and serving.best(bs) == 0  # the test can fail
-    engine = Engine(policy_for(profiled, AdaptiveConfig()), serving, seed=10)
+    config = AdaptiveConfig(plain_reference_share=0.0)
+    engine = Engine(policy_for(profiled, config), serving, seed=10)
     ks = engine.run(2000, bs)
     assert ks.index(0) <= 400
     assert all(k == 0 for k in ks[-1000:])
     monkeypatch.setattr(CostEstimator, "_refit_draft_cost", lambda self: None)
-    without = Engine(policy_for(profiled, AdaptiveConfig()), serving, seed=10)
+    without = Engine(policy_for(profiled, config), serving, seed=10)
     assert 0 not in without.run(2000, bs)
 
 
