@@ -153,6 +153,7 @@ class Series(StrEnum):
     POLICY_ERRORS = "specdeploy_policy_errors"
     ADDON_FAULTS = "specdeploy_addon_faults"
     EXPLORATION_STEPS = "specdeploy_exploration_steps"
+    PLAIN_REFERENCE_STEPS = "specdeploy_plain_reference_steps"
     K0_PASS_SECONDS = "specdeploy_drafter_k0_pass_seconds"
     K0_PASSES = "specdeploy_drafter_k0_passes"
 

@@ -37,6 +37,7 @@ def exported_samples() -> set[str]:
     metrics.policy_failed()
     metrics.fault("step")
     metrics.explored(1)
+    metrics.referenced(16)
     metrics.drafting(DraftingWindow(0.5, 0.9, Drift.BELOW, changed=True))
     with tempfile.TemporaryDirectory() as folder:  # an EAGLE pod's K=0 passes (k0_pass)
         path = str(Path(folder) / "ledger.f64")

@@ -26,11 +26,13 @@ Two speeds:
   found a K whose optimistic goodput (``explore_z`` standard errors better)
   beats the current K's estimate, one step runs it (exploration), within
   ``explore_budget`` of all steps.
-* the plain reference (``plain_reference_share``): while a K >= 1 is in
-  force, a run of ``plain_reference_run`` K=0 steps every so many steps, so
-  that every pod keeps timing plain decoding (with the add-on's plugin a K=0
-  step is one), for the operator's live floor and for K=0's price here. A
-  countdown: one decrement and one compare per step.
+* the plain reference: while a K >= 1 is in force, a run of
+  ``plain_reference_run`` K=0 steps every so many steps, so that every pod
+  keeps timing plain decoding (with the add-on's plugin a K=0 step is one),
+  for K=0's price here and the operator's live floor. As often as
+  ``plain_reference_cost`` of the predicted throughput allows, at most
+  ``plain_reference_share`` of steps (planned at each rebuild). A countdown:
+  one decrement and one compare per step.
 * every ``recompute_interval`` observed steps (``refresh``): fold the live
   counts into the estimators (a change test catches a collapse at once) and
   rebuild the dense tables as Python lists.
@@ -204,10 +206,10 @@ class AdaptivePolicy:
         self._explore_retries = 0
         self.switches = 0
         self.exploration_steps = 0
-        share, run = cfg.plain_reference_share, cfg.plain_reference_run
-        self._reference_period = max(round(run / share), run + 1) if share > 0.0 else 0
-        """Steps from one reference run's start to the next (0: no reference runs)."""
-        self._reference_due = self._reference_period
+        self._reference_period = 0
+        """Steps from one reference run's start to the next (0: no reference runs); planned
+        at each rebuild (``_plan_reference``)."""
+        self._reference_due = 0
         self._reference_left = 0
         self.plain_reference_steps = 0
 
@@ -404,6 +406,7 @@ class AdaptivePolicy:
         self._bar: list[list[float]] = np.where(self._usable, bar, _UNAVAILABLE).tolist()
         self._best_k: list[int] = best.tolist()
         self._plan_exploration(rates, verified, itl, lengths, lam)
+        self._plan_reference(ratio)
         self.generation += 1
 
     def _plan_exploration(
@@ -442,6 +445,27 @@ class AdaptivePolicy:
             if k != cur and usable[k] and gap > margin:
                 chosen, margin = k, gap
         self._explore_k = chosen
+
+    def _plan_reference(self, ratio: npt.NDArray[np.float64]) -> None:
+        """How often the plain reference runs: ``plain_reference_cost`` of the predicted
+        throughput over what a K=0 step loses to the K in force, at most
+        ``plain_reference_share`` of steps; none while K=0 is in force or unavailable."""
+        cfg = self.config
+        cur = self._k
+        self._reference_period = 0
+        if cfg.plain_reference_share <= 0.0 or cur <= 0 or self._bs_ema < 0.0:
+            return
+        i = min(max(int(self._bs_ema + 0.5), 1), self.max_batch_size)
+        if not (self._usable[i, 0] and self._usable[i, cur]):
+            return
+        loss = 1.0 - float(ratio[i, 0]) / float(ratio[i, cur])
+        share = cfg.plain_reference_share
+        if loss * share > cfg.plain_reference_cost:
+            share = cfg.plain_reference_cost / loss
+        run = cfg.plain_reference_run
+        period = max(round(run / share), run + 1)
+        self._reference_period = period
+        self._reference_due = min(self._reference_due, period) if self._reference_due else period
 
     # --- introspection -------------------------------------------------------
 

@@ -90,32 +90,39 @@ class AdaptiveConfig:
     """A K is explored when its optimistic goodput (this many standard errors
     better in acceptance and step cost) beats the current K's point estimate."""
 
-    plain_reference_share: float = 0.01
-    """Share of steps run at K=0 while a K >= 1 is in force: the live plain reference.
+    plain_reference_cost: float = 0.0005
+    """The plain reference: while a K >= 1 is in force, K=0 runs on as many steps as
+    cost this share of the throughput the policy predicts (a K=0 step's predicted loss
+    to the K in force times the share of steps), at most ``plain_reference_share``.
     With the add-on's plugin a K=0 step is a plain step (plus a stateful drafter's
-    timed pass, ``vllm_addon/k0_pass``), so these steps are what the operator's live
-    floor prices plain decoding by on this very pod (``telemetry.estimate.live_plain``),
-    and what this policy's cost model learns K=0's price from. A pool that never runs
-    K=0 has neither: a profile that prices K=0 too dear (measurement noise, another
-    machine) then keeps a losing K=1 in every pod and the pool out of the floor's
-    reach (``make bench-floor``'s collapse, 3 of 20 draws at stop 50). What it costs:
-    this share times K=0's loss to the K in force, 0.2% where K=2 wins 25% (0 where
-    K=0 is best: it is then the K in force and no reference step is added). 0 turns
-    it off."""
+    timed pass, ``vllm_addon/k0_pass``): these steps are what this policy's cost model
+    learns K=0's price from, and what the operator's live floor prices plain decoding
+    by on this very pod (``telemetry.estimate.live_plain``, where they add up to
+    enough steps). A pod that never runs K=0 has neither: a profile that prices K=0
+    too dear (measurement noise, another machine) keeps a losing K=1 in force after
+    an acceptance collapse, and the pool out of the floor's reach (``make
+    bench-floor``'s collapse, 3 of 20 draws at stop 50). 0.05%: a fixed 1% of steps
+    cost 0.3-0.5% where speculation wins 1.5x or more (``make bench``'s rollout and
+    wrong-machine targets failed on it); spent by the loss, the reference runs
+    often where K=0 is close and rarely where it is far behind."""
+
+    plain_reference_share: float = 0.01
+    """The plain reference's largest share of steps (where K=0 loses little); 0 turns
+    the reference off."""
 
     plain_reference_run: int = 16
     """K=0 steps in a row per reference run. The first after a K change is not a clean
     step (the add-on times only steps whose K did not change) and each run costs two K
-    switches: runs of 16 give 15 timed steps for two switches, 2 * share / run = 1.25
-    switches per 1,000 steps at the default share."""
+    switches: runs of 16 give 15 timed steps for two switches, 2 * share / run: at
+    most 1.25 switches per 1,000 steps."""
 
     seed: int = 0
     """Kept for reproducible configurations (exploration is deterministic)."""
 
     @property
     def reference_switches_per_1000_steps(self) -> float:
-        """The K switches the plain reference schedules (two per run) while a K >= 1 is in
-        force: a fixed cost, not thrash."""
+        """The most K switches the plain reference schedules (two per run, at its largest
+        share) while a K >= 1 is in force: a bounded cost, not thrash."""
         return 2000.0 * self.plain_reference_share / self.plain_reference_run
 
     def __post_init__(self) -> None:
@@ -152,6 +159,8 @@ def _problems(c: AdaptiveConfig) -> list[str]:
         found.append(f"bs_smoothing must be in (0, 1], got {c.bs_smoothing}")
     if not 0.0 <= c.explore_budget < 1.0:
         found.append(f"explore_budget must be in [0, 1), got {c.explore_budget}")
+    if not (math.isfinite(c.plain_reference_cost) and c.plain_reference_cost >= 0.0):
+        found.append(f"plain_reference_cost must be >= 0, got {c.plain_reference_cost}")
     if not 0.0 <= c.plain_reference_share < 0.5:
         found.append(f"plain_reference_share must be in [0, 0.5), got {c.plain_reference_share}")
     if c.plain_reference_run < 2:

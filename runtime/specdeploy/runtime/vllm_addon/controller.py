@@ -64,6 +64,7 @@ class KController:
         self.generation = 0
         self.steps = 0
         self._explored_reported = 0
+        self._referenced_reported = 0
         self._policy_error_logged = False
         self.last_error: str | None = None
         self._drafting = DraftingRateWatch(None)
@@ -206,6 +207,10 @@ class KController:
         if isinstance(explored, int) and explored > self._explored_reported:
             self.metrics.explored(explored - self._explored_reported)
             self._explored_reported = explored
+        referenced = getattr(policy, "plain_reference_steps", 0)
+        if isinstance(referenced, int) and referenced > self._referenced_reported:
+            self.metrics.referenced(referenced - self._referenced_reported)
+            self._referenced_reported = referenced
         gain = getattr(policy, "gain_over_vanilla", None)
         if gain is not None:
             try:
@@ -234,6 +239,7 @@ class KController:
     def install(self, table: LoadedTable) -> None:
         """Make ``table`` the one in force (called from the watcher thread)."""
         self._explored_reported = 0
+        self._referenced_reported = 0
         self._policy_error_logged = False
         self._drafting = DraftingRateWatch(table.drafting_rate)
         self._table = table

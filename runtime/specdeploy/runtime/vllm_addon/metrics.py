@@ -148,6 +148,12 @@ class AddonMetrics:
             p,
             registry=r,
         )
+        self.plain_reference_steps = Counter(
+            Series.PLAIN_REFERENCE_STEPS,
+            "Steps run at K=0 while a K >= 1 is in force: the live plain-decoding reference",
+            p,
+            registry=r,
+        )
         # At 0 from the start: the first rejected file is then an increase an
         # alert sees, not a new series that increase() cannot rate (and a dashboard
         # shows 0 rather than "no data"); the same for policy errors.
@@ -204,6 +210,10 @@ class AddonMetrics:
     def explored(self, steps: int) -> None:
         if steps > 0:
             self.exploration_steps.labels(self.pool).inc(steps)
+
+    def referenced(self, steps: int) -> None:
+        if steps > 0:
+            self.plain_reference_steps.labels(self.pool).inc(steps)
 
     def goodput(self, tokens_per_second: float) -> None:
         self.predicted_goodput.labels(self.pool).set(tokens_per_second)

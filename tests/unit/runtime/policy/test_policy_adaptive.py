@@ -264,20 +264,32 @@ def test_exploration_tries_a_k_whose_optimistic_goodput_beats_the_current_one() 
 # --- the plain reference -----------------------------------------------------------
 
 
-def test_a_pod_speculating_runs_k0_in_runs_at_the_reference_share() -> None:
+@pytest.mark.parametrize(
+    ("rate", "bs", "cost"),
+    [(0.8, 8, 0.0005), (0.3, 8, 0.0005), (0.3, 32, 0.0005), (0.8, 8, 1.0)],
+)
+def test_a_pod_speculating_runs_k0_in_runs_as_often_as_the_reference_cost_allows(
+    rate: float, bs: int, cost: float
+) -> None:
     """While a K >= 1 is in force, runs of ``plain_reference_run`` K=0 steps make about
-    ``plain_reference_share`` of the steps, and the K in force resumes after each."""
-    truth = Truth()
-    config = AdaptiveConfig(explore_budget=0.0)
+    ``plain_reference_cost`` / (K=0's loss to the K in force) of the steps, at most
+    ``plain_reference_share`` (the last case: a cost that never binds), and the K in
+    force resumes after each run."""
+    truth = Truth(rates=(rate,) * MAX_K)
+    config = AdaptiveConfig(explore_budget=0.0, plain_reference_cost=cost)
     engine = Engine(policy_for(truth, config), truth, seed=11)
-    ks = engine.run(8000, 8)
-    assert truth.best(8) >= 1 and engine.policy.current_k == truth.best(8)
+    steps = 20000
+    ks = engine.run(steps, bs)
+    best = truth.best(bs)
+    assert best >= 1 and engine.policy.current_k == best
     runs = [len(list(group)) for k, group in itertools.groupby(ks) if k == 0]
     assert runs and set(runs) == {config.plain_reference_run}
     assert sum(runs) == engine.policy.plain_reference_steps
-    assert abs(sum(runs) - config.plain_reference_share * len(ks)) <= config.plain_reference_run
+    loss = 1.0 - truth.goodput(bs, 0) / truth.goodput(bs, best)
+    share = min(config.plain_reference_share, cost / loss)
+    assert abs(sum(runs) - share * steps) <= 2 * config.plain_reference_run
     off = Engine(policy_for(truth, NO_EXPLORATION), truth, seed=11)
-    assert 0 not in off.run(8000, 8) and off.policy.plain_reference_steps == 0
+    assert 0 not in off.run(steps, bs) and off.policy.plain_reference_steps == 0
 
 
 def test_a_pod_at_k0_adds_no_reference_steps() -> None:

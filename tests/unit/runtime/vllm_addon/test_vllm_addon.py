@@ -312,6 +312,27 @@ def test_the_pod_exports_its_predicted_gain_over_plain_decoding(gain: float | No
     assert value == gain
 
 
+class Referencing(Recording):
+    """A policy that has run ``plain_reference_steps`` K=0 steps (``AdaptivePolicy``'s
+    plain reference)."""
+
+    plain_reference_steps = 0
+
+
+def test_the_pod_exports_its_plain_reference_steps_once_each() -> None:
+    """What the policy counts goes out on the slow tick as a counter's increments."""
+    metrics = AddonMetrics("pool", 3)
+    c = KController(VLLM_LOOKUP, SHAPE, metrics)
+    policy = Referencing(3)
+    c.install(LoadedTable("fixed", policy, (), "", "d"))
+    name = "specdeploy_plain_reference_steps_total"
+    for referenced in (16, 32, 32):
+        policy.plain_reference_steps = referenced
+        for _ in range(SLOW_TICK_STEPS):
+            c.step_done(5, 3, 0.02, [(3, 1)] * 5)
+        assert sample(metrics, name, pool="pool") == referenced
+
+
 def test_a_step_without_decoding_requests_is_observed_untimed_and_uncounted() -> None:
     c = KController(VLLM_LOOKUP, SHAPE)
     policy = Recording(3)
