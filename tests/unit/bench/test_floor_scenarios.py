@@ -36,6 +36,7 @@ from bench.floor_scenarios import (
     recovery,
 )
 from specdeploy.operator.config import Config, FloorSettings
+from specdeploy.operator.telemetry.window import StepTimes
 from specdeploy.runtime.contract import bucket_label
 from specdeploy.runtime.sim.presets import get_preset
 
@@ -130,19 +131,20 @@ def test_the_telemetry_window_carries_the_heads_k0_pass_once_the_pods_run_k0(
     collapse_traces: Traces,
 ) -> None:
     """Chat: the pods draft (K > 0) and time a pass only on the policy's plain reference
-    (about 1% of steps); random text: K=0 steps, each with the EAGLE head's K=0 pass, a
-    part of the step, as ``vllm_addon.k0_pass`` exports it."""
+    (at most 1% of steps, far fewer where K=0 loses this much); random text: K=0 steps,
+    each with the EAGLE head's K=0 pass, a part of the step, as ``vllm_addon.k0_pass``
+    exports it."""
+    label = bucket_label(16)
     chat = telemetry_window(collapse_traces, 0.0, 100.0, pods=2.0, window_s=100.0)
     assert chat is not None
     drafting = sum(t.count for (_, k), t in chat.step_times.items() if k > 0)
-    reference = chat.k0_passes[bucket_label(16)].count
-    assert 0 < reference <= 0.015 * drafting
+    reference = chat.k0_passes.get(label, StepTimes(0.0, 0.0)).count
+    assert reference <= 0.01 * drafting
     late = telemetry_window(collapse_traces, 600.0, 700.0, pods=2.0, window_s=100.0)
     assert late is not None
-    label = bucket_label(16)
     steps = late.step_times[(label, 0)]
     passes = late.k0_passes[label]
-    assert passes.count == steps.count > 50 * reference
+    assert passes.count == steps.count > 0.9 * sum(t.count for t in late.step_times.values())
     assert 0.0 < passes.mean_ms < 0.2 * steps.mean_ms
 
 

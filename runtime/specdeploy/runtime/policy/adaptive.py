@@ -183,6 +183,7 @@ class AdaptivePolicy:
         self._throughput_weight = 0.0
         self.generation = 0
         self._k, self._bs_ema, self._tick, self.exploration_steps = -1, -1.0, 0, 0
+        self._reference_period = self._reference_due = 0
         self._rebuild()
         self._fallback = (
             list(self._best_k) if fallback is None else checked_fallback(fallback, allowed)
@@ -449,10 +450,14 @@ class AdaptivePolicy:
     def _plan_reference(self, ratio: npt.NDArray[np.float64]) -> None:
         """How often the plain reference runs: ``plain_reference_cost`` of the predicted
         throughput over what a K=0 step loses to the K in force, at most
-        ``plain_reference_share`` of steps; none while K=0 is in force or unavailable."""
+        ``plain_reference_share`` of steps; none while K=0 is in force or unavailable.
+        The wait left to the next run keeps its share of the period when the period
+        moves: a run planned where K=0 was close (a large batch) is not spent where it
+        is far behind (the drain's stragglers, where one run of 16 steps can be 0.1% of
+        a rollout's makespan)."""
+        before, self._reference_period = self._reference_period, 0
         cfg = self.config
         cur = self._k
-        self._reference_period = 0
         if cfg.plain_reference_share <= 0.0 or cur <= 0 or self._bs_ema < 0.0:
             return
         i = min(max(int(self._bs_ema + 0.5), 1), self.max_batch_size)
@@ -462,10 +467,13 @@ class AdaptivePolicy:
         share = cfg.plain_reference_share
         if loss * share > cfg.plain_reference_cost:
             share = cfg.plain_reference_cost / loss
+        if share <= 0.0:
+            return
         run = cfg.plain_reference_run
         period = max(round(run / share), run + 1)
         self._reference_period = period
-        self._reference_due = min(self._reference_due, period) if self._reference_due else period
+        due = self._reference_due
+        self._reference_due = max(round(due * period / before), 1) if before and due else period
 
     # --- introspection -------------------------------------------------------
 

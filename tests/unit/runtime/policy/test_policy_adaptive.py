@@ -288,8 +288,9 @@ def test_a_pod_speculating_runs_k0_in_runs_as_often_as_the_reference_cost_allows
     loss = 1.0 - truth.goodput(bs, 0) / truth.goodput(bs, best)
     share = min(config.plain_reference_share, cost / loss)
     assert abs(sum(runs) - share * steps) <= 2 * config.plain_reference_run
-    off = Engine(policy_for(truth, NO_EXPLORATION), truth, seed=11)
-    assert 0 not in off.run(steps, bs) and off.policy.plain_reference_steps == 0
+    for no_reference in (NO_EXPLORATION, AdaptiveConfig(plain_reference_cost=0.0)):
+        off = Engine(policy_for(truth, no_reference), truth, seed=11)
+        assert 0 not in off.run(steps, bs) and off.policy.plain_reference_steps == 0
 
 
 def test_a_pod_at_k0_adds_no_reference_steps() -> None:
