@@ -198,15 +198,15 @@ class CostEstimator:
 
     Evidence forgets with a half-life of ``half_life_steps`` timed steps *of its
     own K*, and ``SLOW_CLOCK`` times slower over all steps: a K the pod runs
-    rarely (the policy's plain reference, K=0 on about 1% of steps, or an
+    rarely (the policy's plain reference, K=0 on 0.1-1% of steps, or an
     exploration) keeps what its steps said while the K in force runs on, so a
-    few dozen K=0 steps an hour can move r_0 away from a profile that priced
-    K=0 wrongly. With one clock for every K they could not: the K=0 evidence
-    of a 1% reference is worth ~29 steps at any time, against the prior's 16,
-    and r_0 stayed 36% of the way to the truth (``make bench-floor``'s
-    collapse: K=1 kept in force at 0.92x plain decoding, K=0 6% better).
-    Machine drift still reaches every K: the shared scale follows the K in
-    force.
+    few dozen K=0 steps can move r_0 away from a profile that priced K=0
+    wrongly. With one clock for every K they could not: a K run on a share s
+    of steps is then worth s * 2,885 steps at most (29 at 1%), against the
+    prior's 16, and r_0 closed under two thirds of the gap (``make
+    bench-floor``'s collapse at stop 50: K=1 kept in force at 0.92x plain
+    decoding, K=0 6% better). Machine drift still reaches every K: the
+    shared scale follows the K in force.
     """
 
     SLOW_CLOCK: ClassVar[float] = 16.0

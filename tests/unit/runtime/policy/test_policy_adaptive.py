@@ -501,3 +501,35 @@ def test_an_exploration_step_that_carried_a_prefill_is_run_again() -> None:
     policy.observe(StepRecord(8, explored, 0.01, [0] * MAX_K, [0] * MAX_K, [0] * MAX_K,
                               decode_sequences=8, verified_tokens=8))  # fmt: skip
     assert policy.choose_k(8) == k  # timed: back to the K in force
+
+
+def test_a_rarely_run_ks_evidence_outlives_the_k_in_force_and_fades_on_the_slow_clock() -> None:
+    """The cost model forgets per K: 100 K=0 steps that ran 20% cheaper than profiled
+    still price K=0 after 20,000 steps at K=2 (one shared clock would have left 0.1% of
+    them), and fade on the clock 16x slower over all steps."""
+    from specdeploy.runtime.policy.estimators import CostEstimator
+
+    truth = Truth()
+    estimator = CostEstimator(
+        profile_model(truth), max_batch_size=MAX_BS, prior_weight=16.0, half_life_steps=2000.0
+    )
+    bs = 8
+
+    def run(k: int, steps: int, factor: float) -> None:
+        verified = bs * (1 + k)
+        ms = factor * truth.itl_ms(bs, k, verified, bs * truth.context)
+        for done in range(steps):
+            estimator.add(bs, k, verified, int(bs * truth.context), ms)
+            if done % 1024 == 1023:
+                estimator.fold()
+        estimator.fold()
+
+    run(2, 2000, 1.0)  # the K in force, as profiled: the scale stays 1
+    run(0, 100, 0.8)
+    learned = float(estimator.k_ratio[0])
+    assert learned < 0.85
+    run(2, 20000, 1.0)
+    kept = float(estimator.k_ratio[0])
+    assert kept < 0.87  # an estimator with one clock would be back at ~1.0
+    run(2, 16 * 2000 * 4, 1.0)  # four slow half-lives
+    assert float(estimator.k_ratio[0]) > kept + 0.5 * (1.0 - kept)
