@@ -425,7 +425,7 @@ class AdaptivePolicy:
             return
         if self.exploration_steps + 1 > cfg.explore_budget * max(self._tick, 1) + 1:
             return
-        i = min(max(int(self._bs_ema + 0.5), 1), self.max_batch_size)
+        i = self._row(int(self._bs_ema + 0.5))
         z = cfg.explore_z
         sd_rates = np.sqrt(self._acceptance.variance())
         upper_rates = np.minimum(np.asarray(rates) + z * sd_rates, 1.0)
@@ -460,7 +460,7 @@ class AdaptivePolicy:
         cur = self._k
         if cfg.plain_reference_share <= 0.0 or cur <= 0 or self._bs_ema < 0.0:
             return
-        i = min(max(int(self._bs_ema + 0.5), 1), self.max_batch_size)
+        i = self._row(int(self._bs_ema + 0.5))
         if not (self._usable[i, 0] and self._usable[i, cur]):
             return
         loss = 1.0 - float(ratio[i, 0]) / float(ratio[i, cur])

@@ -63,8 +63,8 @@ class KController:
         self._table: LoadedTable | None = None
         self.generation = 0
         self.steps = 0
-        self._explored_reported = 0
-        self._referenced_reported = 0
+        self._reported: dict[str, int] = {}
+        """The policy's step counters as last exported (their increments go out)."""
         self._policy_error_logged = False
         self.last_error: str | None = None
         self._drafting = DraftingRateWatch(None)
@@ -203,14 +203,15 @@ class KController:
         assert self.metrics is not None
         table = self._table
         policy = None if table is None else table.policy
-        explored = getattr(policy, "exploration_steps", 0)
-        if isinstance(explored, int) and explored > self._explored_reported:
-            self.metrics.explored(explored - self._explored_reported)
-            self._explored_reported = explored
-        referenced = getattr(policy, "plain_reference_steps", 0)
-        if isinstance(referenced, int) and referenced > self._referenced_reported:
-            self.metrics.referenced(referenced - self._referenced_reported)
-            self._referenced_reported = referenced
+        for counter, export in (
+            ("exploration_steps", self.metrics.explored),
+            ("plain_reference_steps", self.metrics.referenced),
+        ):
+            count = getattr(policy, counter, 0)
+            reported = self._reported.get(counter, 0)
+            if isinstance(count, int) and count > reported:
+                export(count - reported)
+                self._reported[counter] = count
         gain = getattr(policy, "gain_over_vanilla", None)
         if gain is not None:
             try:
@@ -238,8 +239,7 @@ class KController:
 
     def install(self, table: LoadedTable) -> None:
         """Make ``table`` the one in force (called from the watcher thread)."""
-        self._explored_reported = 0
-        self._referenced_reported = 0
+        self._reported = {}
         self._policy_error_logged = False
         self._drafting = DraftingRateWatch(table.drafting_rate)
         self._table = table

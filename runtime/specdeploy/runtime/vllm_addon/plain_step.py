@@ -77,10 +77,7 @@ the add-on runs."""
 _OFF = ("off", "0", "false", "no")
 _ON = ("on", "1", "true", "yes")
 
-STATELESS_METHODS = STATELESS_DRAFTERS
-"""Speculative methods whose drafter keeps no state between steps (CPU n-gram)."""
-
-EMPTY_AT_K0_METHODS = STATELESS_METHODS | K0_PASS_DRAFTERS
+EMPTY_AT_K0_METHODS = STATELESS_DRAFTERS | K0_PASS_DRAFTERS
 """Methods whose K=0 proposal vLLM 0.32 leaves empty: the n-gram lookup of length 0,
 and ``SpecDecodeBaseProposer.propose`` (EAGLE, EAGLE-3, draft models), which returns
 an empty tensor after the K=0 pass that keeps the drafter's KV in sync. The draft
@@ -101,7 +98,7 @@ def enabled(environ: Mapping[str, str] | None = None) -> bool:
 
 def stateless_drafter(speculative_config: Any) -> bool:
     """A drafter whose K=0 proposal is empty and leaves nothing behind."""
-    return getattr(speculative_config, "method", None) in STATELESS_METHODS
+    return getattr(speculative_config, "method", None) in STATELESS_DRAFTERS
 
 
 def empty_at_k0(speculative_config: Any) -> bool:
