@@ -2,8 +2,9 @@
 
 Read through the API (the operator's children, by its managed-by label) and
 from each serving pod's own add-on endpoint (``specdeploy_table_generation``:
-how many tables that pod has installed), so "every pod runs the new table"
-and "no pod restarted" are observed rather than inferred.
+how many tables that pod has installed; ``specdeploy_steps_total``: the K its
+steps ran), so "every pod runs the new table", "the pods chose K=0" and "no
+pod restarted" are observed rather than inferred.
 """
 
 from __future__ import annotations
@@ -67,18 +68,46 @@ def mean_k(schedule: list[list[int]], top: int = 64) -> float:
     return sum(ks) / len(ks)
 
 
-def addon_generations(api: KubeApi, namespace: str) -> dict[str, float]:
-    """Serving pod name -> its add-on's ``specdeploy_table_generation``."""
+def _addon_metrics(api: KubeApi, namespace: str) -> dict[str, str]:
+    """Serving pod name -> its add-on's ``/metrics`` text (pods without an endpoint left out)."""
     found = {}
     for pod in children(api, "Pod", namespace):
         address = pod["metadata"].get("annotations", {}).get(LOCAL_METRICS)
         if not address:
             continue
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as response:
-            text = response.read().decode()
+            found[pod["metadata"]["name"]] = response.read().decode()
+    return found
+
+
+def _labels(line: str) -> dict[str, str]:
+    inner = line[line.index("{") + 1 : line.index("}")]
+    pairs = (part.split("=", 1) for part in inner.split(",") if "=" in part)
+    return {key: value.strip('"') for key, value in pairs}
+
+
+def addon_generations(api: KubeApi, namespace: str) -> dict[str, float]:
+    """Serving pod name -> its add-on's ``specdeploy_table_generation``."""
+    found = {}
+    for name, text in _addon_metrics(api, namespace).items():
         for line in text.splitlines():
             if line.startswith("specdeploy_table_generation{"):
-                found[pod["metadata"]["name"]] = float(line.rsplit(" ", 1)[1])
+                found[name] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def addon_steps_by_k(api: KubeApi, namespace: str) -> dict[str, dict[int, float]]:
+    """GPU type (the add-on's ``pool`` label) -> K -> decode steps its pods ran at that K
+    (``specdeploy_steps_total``, summed over the pool's pods): the K the pods chose, which
+    the adaptive policy may hold below the table's."""
+    found: dict[str, dict[int, float]] = {}
+    for text in _addon_metrics(api, namespace).values():
+        for line in text.splitlines():
+            if line.startswith("specdeploy_steps_total{"):
+                labels = _labels(line)
+                by_k = found.setdefault(labels["pool"], {})
+                k = int(labels["k"])
+                by_k[k] = by_k.get(k, 0.0) + float(line.rsplit(" ", 1)[1])
     return found
 
 
