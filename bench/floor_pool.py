@@ -169,6 +169,7 @@ def telemetry_window(
     counts = trace.counts[sel].sum(axis=0).astype(np.float64) * pods
     clean = sel & traces.clean
     step_times: dict[Cell, StepTimes] = {}
+    step_sizes: dict[Cell, float] = {}
     steps_by_k: dict[int, float] = {}
     k0_passes: dict[str, StepTimes] = {}
     live = traces.live_seconds
@@ -183,7 +184,9 @@ def telemetry_window(
 
     for bs, k in set(zip(trace.batch_size[clean].tolist(), trace.k[clean].tolist(), strict=True)):
         at = clean & (trace.batch_size == bs) & (trace.k == k)
-        add(step_times, (bucket_label(int(bs)), int(k)), float(live[at].sum()), float(at.sum()))
+        cell = (bucket_label(int(bs)), int(k))
+        add(step_times, cell, float(live[at].sum()), float(at.sum()))
+        step_sizes[cell] = step_sizes.get(cell, 0.0) + float(bs) * float(at.sum()) * pods
         if k == 0 and passes is not None and timed_pass is not None:
             timed = at & (timed_pass > 0)
             if timed.any():
@@ -200,6 +203,7 @@ def telemetry_window(
         verified_tokens=float(trace.verified[sel].sum()) * pods,
         sequence_steps=float(trace.decode_seqs[sel].sum()) * pods,
         step_times=step_times,
+        step_batch_sizes=step_sizes,
         steps_by_k=steps_by_k,
         k0_passes=k0_passes,
         generation_tokens_per_second=float(trace.tokens[sel].sum()) * pods / window_s,

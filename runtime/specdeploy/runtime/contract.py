@@ -140,6 +140,7 @@ class Series(StrEnum):
     VERIFIED = "specdeploy_verified_tokens"
     SEQUENCE_STEPS = "specdeploy_decode_sequence_steps"
     STEP_SECONDS = "specdeploy_step_seconds"
+    STEP_BATCH_SIZES = "specdeploy_step_batch_sizes"
     DRAFTING_RATE = "specdeploy_drafting_rate"
     DRAFTING_RATE_PROFILE = "specdeploy_drafting_rate_profile"
     DRAFTING_RATE_DRIFT = "specdeploy_drafting_rate_drift"

@@ -31,6 +31,7 @@ BY = f"{NAMESPACE}, {DEPLOYMENT}, {POOL}"
 REACHED, PROPOSED, ACCEPTED = "reached", "proposed", "accepted"
 VERIFIED, SEQUENCE_STEPS = "verified", "sequence_steps"
 STEP_SECONDS, STEP_COUNT, STEPS_BY_K = "step_seconds", "step_count", "steps_by_k"
+STEP_BATCH_SIZES = "step_batch_sizes"
 K0_PASS_SECONDS, K0_PASSES = "k0_pass_seconds", "k0_passes"
 REQUESTS, FRESHNESS = "requests", "freshness"
 GENERATION, WAITING = "generation", "waiting"
@@ -44,6 +45,7 @@ _COUNTERS: tuple[tuple[str, str, str], ...] = (
     (SEQUENCE_STEPS, Series.SEQUENCE_STEPS.total, ""),
     (STEP_SECONDS, Series.STEP_SECONDS.histogram_sum, _CELL),
     (STEP_COUNT, Series.STEP_SECONDS.histogram_count, _CELL),
+    (STEP_BATCH_SIZES, Series.STEP_BATCH_SIZES.total, _CELL),
     (STEPS_BY_K, Series.STEPS.total, SeriesLabel.K),
     (K0_PASS_SECONDS, Series.K0_PASS_SECONDS.total, SeriesLabel.BATCH_BUCKET),
     (K0_PASSES, Series.K0_PASSES.total, SeriesLabel.BATCH_BUCKET),
@@ -197,6 +199,7 @@ def windows_from(
             verified_tokens=_total(of(VERIFIED)),
             sequence_steps=_total(of(SEQUENCE_STEPS)),
             step_times=_timed(of(STEP_SECONDS), of(STEP_COUNT), _cell),
+            step_batch_sizes=_summed(of(STEP_BATCH_SIZES), _cell),
             steps_by_k=_summed(of(STEPS_BY_K), _k),
             k0_passes=_timed(of(K0_PASS_SECONDS), of(K0_PASSES), _bucket),
             requests_per_second=_total(requests) if requests else None,

@@ -41,6 +41,9 @@ class PoolWindow:
     verified_tokens: float = 0.0
     sequence_steps: float = 0.0
     step_times: Mapping[Cell, StepTimes] = field(default_factory=dict)
+    step_batch_sizes: Mapping[Cell, float] = field(default_factory=dict)
+    """The batch sizes of each cell's clean steps, summed (over its ``step_times`` count: the
+    cell's mean batch size); empty from pods that predate the series."""
     steps_by_k: Mapping[int, float] = field(default_factory=dict)
     k0_passes: Mapping[str, StepTimes] = field(default_factory=dict)
     """The drafter's K=0 passes per batch bucket label (stateful drafters' pods only,

@@ -40,7 +40,8 @@ class StepSeries(Collector):
         self.totals = [0, 0]
         """Verified tokens, decode sequence-steps."""
         self.seconds: dict[tuple[int, int], list[float]] = {}
-        """(batch bucket, K) -> per-bound counts (the last one is +Inf), then the sum."""
+        """(batch bucket, K) -> per-bound counts (the last one is +Inf), the seconds' sum,
+        then the steps' batch sizes summed (where in its bucket the cell's steps ran)."""
 
     def record(self, k: int, record: StepRecord) -> None:
         """One finished step: ``k`` the K chosen for it, ``record`` what it verified. Hot path."""
@@ -57,12 +58,14 @@ class StepSeries(Collector):
             _add(self.accepted, record.accepted)
         seconds = record.step_seconds
         if seconds is not None:
-            key = (bucket_of(record.batch_size if record.batch_size > 0 else 1), record.k)
+            size = record.batch_size if record.batch_size > 0 else 1
+            key = (bucket_of(size), record.k)
             row = self.seconds.get(key)
             if row is None:
-                row = self.seconds[key] = [0.0] * (len(self.bounds) + 2)
+                row = self.seconds[key] = [0.0] * (len(self.bounds) + 3)
             row[bisect_left(self.bounds, seconds)] += 1
-            row[-1] += seconds
+            row[-2] += seconds
+            row[-1] += size
 
     def collect(self) -> Iterator[Any]:
         pool = self.pool
@@ -116,6 +119,19 @@ class StepSeries(Collector):
             family.add_metric([pool], value)
             yield family
         yield self._histogram()
+        yield self._batch_sizes()
+
+    def _batch_sizes(self) -> CounterMetricFamily:
+        family = CounterMetricFamily(
+            Series.STEP_BATCH_SIZES,
+            "Batch sizes summed over the clean decode steps the step-time histogram counts, "
+            "by its buckets and K (over its count: the cell's mean batch size)",
+            labels=[SeriesLabel.POOL, SeriesLabel.BATCH_BUCKET, SeriesLabel.K],
+        )
+        for (bucket, k), row in sorted(self.seconds.items()):
+            label = bucket_label(bucket_bounds(bucket)[1])
+            family.add_metric([self.pool, label, str(k)], row[-1])
+        return family
 
     def _histogram(self) -> HistogramMetricFamily:
         family = HistogramMetricFamily(
@@ -126,11 +142,11 @@ class StepSeries(Collector):
         edges = [*(repr(float(b)) for b in self.bounds), "+Inf"]
         for (bucket, k), row in sorted(self.seconds.items()):
             running, cumulative = 0.0, []
-            for edge, n in zip(edges, row[:-1], strict=True):
+            for edge, n in zip(edges, row[:-2], strict=True):
                 running += n
                 cumulative.append((edge, running))
             label = bucket_label(bucket_bounds(bucket)[1])
-            family.add_metric([self.pool, label, str(k)], cumulative, row[-1])
+            family.add_metric([self.pool, label, str(k)], cumulative, row[-2])
         return family
 
 

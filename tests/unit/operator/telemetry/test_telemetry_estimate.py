@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -85,6 +86,23 @@ def test_live_step_times_are_compared_with_the_profile_at_the_bucket_middle() ->
 def test_the_batch_distribution_spreads_each_buckets_steps_over_its_sizes() -> None:
     weights = batch_weights(window(bucket="3-4", steps=100), rows=257)
     assert weights == {3: 50.0, 4: 50.0}
+
+
+def test_a_cells_steps_go_to_their_mean_batch_size_where_the_pods_export_it() -> None:
+    """A pool at batch 256 is priced at 256, not over 129-256 (R read ~5% high spread)."""
+    at_256 = window(bucket="129-256", steps=100)
+    sized = replace(at_256, step_batch_sizes={("129-256", 5): 100 * 256.0})
+    assert served_mix(sized, rows=257) == {(256, 5): 100.0}
+    # between two sizes: split so that the mean holds (3.25: 3/4 at 3, 1/4 at 4)
+    between = replace(window(bucket="3-4", steps=100), step_batch_sizes={("3-4", 5): 325.0})
+    mix = served_mix(between, rows=257)
+    assert mix == pytest.approx({(3, 5): 75.0, (4, 5): 25.0})
+    assert sum(bs * n for (bs, _), n in mix.items()) / 100 == pytest.approx(3.25)
+    # a mean outside the bucket (counters extrapolated apart) is held to the bucket's sizes
+    outside = replace(window(bucket="3-4", steps=100), step_batch_sizes={("3-4", 5): 900.0})
+    assert served_mix(outside, rows=257) == {(4, 5): 100.0}
+    # spread where no sizes came back (a pod that predates the series)
+    assert served_mix(at_256, rows=257) == {(bs, 5): 100 / 128 for bs in range(129, 257)}
 
 
 def test_the_served_mix_keeps_the_k_each_step_ran() -> None:

@@ -14,6 +14,7 @@ from specdeploy.operator.telemetry.queries import (
     K0_PASS_SECONDS,
     K0_PASSES,
     REACHED,
+    STEP_BATCH_SIZES,
     STEP_COUNT,
     STEP_SECONDS,
     Target,
@@ -29,7 +30,7 @@ ONE = [Target("inference", "llama-8b-chat")]
 def test_one_query_per_family_grouped_by_pool_not_per_pool_or_position() -> None:
     queries = build_queries(ONE, 60)
     names = [q.name for q in queries]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 15
     for q in queries:
         assert "specdeploy_pool" in q.promql
         assert q.promql.startswith(
@@ -77,6 +78,7 @@ def test_answers_become_one_window_per_pool_with_positions_in_order() -> None:
         ],
         STEP_SECONDS: [sample(2.0, batch_bucket="3-4", k="3")],
         STEP_COUNT: [sample(400, batch_bucket="3-4", k="3"), sample(0, batch_bucket="1", k="1")],
+        STEP_BATCH_SIZES: [sample(1500, batch_bucket="3-4", k="3")],
         FRESHNESS: [sample(990.0), sample(400.0, "A100")],
     }
     windows = windows_from(answers, window_seconds=60, max_positions=5)
@@ -85,6 +87,8 @@ def test_answers_become_one_window_per_pool_with_positions_in_order() -> None:
     assert h100.accepted == (60.0, 30.0, 0.0, 0.0, 0.0)
     assert h100.step_times[("3-4", 3)].mean_ms == pytest.approx(5.0)
     assert ("1", 1) not in h100.step_times  # no steps, no cell
+    assert h100.step_batch_sizes == {("3-4", 3): 1500.0}
+    assert windows[("inference", "d", "A100")].step_batch_sizes == {}
     assert h100.age_seconds == pytest.approx(10.0)
     assert windows[("inference", "d", "A100")].age_seconds == pytest.approx(600.0)
 

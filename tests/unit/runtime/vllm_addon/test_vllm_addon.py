@@ -631,6 +631,18 @@ def test_the_step_time_histogram_is_cumulative_with_prometheus_bucket_edges() ->
     assert sample(metrics, "specdeploy_batch_size", pool="pool") == 3
 
 
+def test_each_step_time_cell_counts_its_steps_batch_sizes_so_their_mean_is_known() -> None:
+    """The operator's served mix places a cell's steps at their mean batch size (not spread
+    over the bucket): the sizes summed beside the histogram's count, untimed steps left out."""
+    metrics = AddonMetrics("pool", 2)
+    for batch_size, seconds in ((3, 0.01), (4, 0.01), (4, 0.01), (4, None)):
+        metrics.step(1, StepRecord(batch_size, 1, seconds, [3], [1], [1], 3, 4, 0))
+    labels = {"pool": "pool", "batch_bucket": "3-4", "k": "1"}
+    assert sample(metrics, "specdeploy_step_batch_sizes_total", **labels) == 11
+    assert sample(metrics, "specdeploy_step_seconds_count", **labels) == 3
+    assert sample(metrics, "specdeploy_step_seconds_sum", **labels) == pytest.approx(0.03)
+
+
 def test_the_profiles_acceptance_is_exported_per_position_while_its_table_is_in_force() -> None:
     metrics = AddonMetrics("pool", 3)
     c = KController(VLLM_LOOKUP, SHAPE, metrics)
