@@ -215,7 +215,12 @@ def assess_pool(inputs: PoolInputs, settings: TelemetrySettings) -> Assessment:
     prior = _prior(spec)
     estimate = estimate_acceptance(window, prior, settings)
     rows = grid_rows(spec)
-    ratios = cell_ratios(window.step_times, cost_model(spec), max_batch_size=rows - 1)
+    ratios = cell_ratios(
+        window.step_times,
+        cost_model(spec),
+        max_batch_size=rows - 1,
+        batch_sizes=window.step_batch_sizes,
+    )
     ratio, _ = pooled_ratio(ratios, settings.cost_min_steps)
     before = CostStreak(previous.cost_drift_intervals, previous.cost_drift) if previous else None
     streak = next_streak(before or CostStreak(), ratio, settings)

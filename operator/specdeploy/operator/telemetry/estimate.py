@@ -126,15 +126,28 @@ class CellRatio:
 
 
 def cell_ratios(
-    step_times: Mapping[Cell, StepTimes], model: StepCostModel, *, max_batch_size: int
+    step_times: Mapping[Cell, StepTimes],
+    model: StepCostModel,
+    *,
+    max_batch_size: int,
+    batch_sizes: Mapping[Cell, float] | None = None,
 ) -> list[CellRatio]:
-    """A ratio per observed cell the profile can price (its K measured, inside its sizes)."""
+    """A ratio per observed cell the profile can price (its K measured, inside its sizes).
+
+    The profile prices a cell at its mean batch size where the pods export it
+    (``batch_sizes``: a cell's sizes summed, ``PoolWindow.step_batch_sizes``), at the
+    bucket's middle otherwise: steps at batch 256 priced at 192 read as a slower machine.
+    """
     out = []
     for (label, k), times in sorted(step_times.items()):
         bucket = bucket_index(label)
         if bucket is None or k not in model.columns or times.count <= 0:
             continue
         middle = min(bucket_middle(bucket), float(max_batch_size))
+        summed = (batch_sizes or {}).get((label, k), 0.0)
+        if summed > 0:
+            lo, hi = bucket_bounds(bucket)
+            middle = min(max(summed / times.count, float(lo)), float(hi), float(max_batch_size))
         _, v = model.base(middle, k)
         predicted = model.itl_ms(middle, k, middle * v, middle * model.reference_context)
         live = times.mean_ms

@@ -83,6 +83,17 @@ def test_live_step_times_are_compared_with_the_profile_at_the_bucket_middle() ->
     assert pooled_ratio(few, S.cost_min_steps) == (None, 0.0)
 
 
+def test_where_the_pods_export_batch_sizes_a_cell_is_priced_at_its_mean_not_the_middle() -> None:
+    """Steps at batch 256 priced at the 129-256 bucket's middle read as a slower machine."""
+    model = cost_model(profile_spec(body()))
+    w = window(k=3, bucket="129-256", bs=256.0)
+    sized = {("129-256", 3): 256.0 * 5000}
+    (at_mean,) = cell_ratios(w.step_times, model, max_batch_size=256, batch_sizes=sized)
+    assert at_mean.ratio == pytest.approx(1.0)
+    (at_middle,) = cell_ratios(w.step_times, model, max_batch_size=256)
+    assert at_middle.ratio > 1.02
+
+
 def test_the_batch_distribution_spreads_each_buckets_steps_over_its_sizes() -> None:
     weights = batch_weights(window(bucket="3-4", steps=100), rows=257)
     assert weights == {3: 50.0, 4: 50.0}
