@@ -38,16 +38,20 @@ if __package__ in (None, ""):  # run as a script: e2e.* from the checkout's root
 from e2e.localcluster import audit, cluster, service_url
 from e2e.localcluster.binaries import repo_root
 from e2e.localcluster.fleet_view import (
+    LOWERED,
     addon_generations,
+    addon_steps_by_k,
     load_summary,
     mean_k,
     serving_pods,
+    shift_answers,
     start_load,
     tables,
     templates,
 )
 from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.waiting import wait_for
+from specdeploy.operator.naming import deployment_name
 from specdeploy.runtime.kube import paths
 
 NAME, NAMESPACE, MODEL = "chat", "loop-bench", "llama"
@@ -153,16 +157,22 @@ def _scenario(running: cluster.Cluster, api: KubeApi, interval: int, intervals: 
 
     pods, template = serving_pods(api, NAMESPACE), templates(api, NAMESPACE)
     before, generations = tables(api, NAMESPACE), addon_generations(api, NAMESPACE)
+    steps_before = addon_steps_by_k(api, NAMESPACE)
     shift_at, shifted = now(), time.monotonic()
     rand = start_load(url, MODEL, "random", (2 * intervals + 6) * interval, out / "random.json")
+    answers: dict[str, str] = {}
 
-    def lowered_and_in_force() -> bool:
-        current = tables(api, NAMESPACE)
-        lowered = all(mean_k(current[n]) < mean_k(before[n]) for n in before)
+    def answered_and_in_force() -> bool:
+        # Each pool: its lowered table in force in every pod, or its pods at K=0 by their
+        # own choice (fleet_view.shift_answers: then the table rightly stays).
+        answers.update(shift_answers(api, NAMESPACE, NAME, before, steps_before, POOLS))
+        if len(answers) < len(POOLS):
+            return False
+        lowered = tuple(f"{deployment_name(NAME, g)}-" for g, a in answers.items() if a == LOWERED)
         installed = addon_generations(api, NAMESPACE)
-        return lowered and all(installed[p] > generations[p] for p in generations)
+        return all(installed[p] > generations[p] for p in generations if p.startswith(lowered))
 
-    wait_for(lowered_and_in_force, what="lower-K tables in every pod", timeout=30 * interval)
+    wait_for(answered_and_in_force, what="every pool's answer in force", timeout=30 * interval)
     shift_s = round(time.monotonic() - shifted, 1)
     time.sleep(max(0.0, 3 * interval - shift_s))
     phases.append(phase(audit_log, "shift to random (3 intervals)", shift_at, now(), interval))
@@ -184,6 +194,7 @@ def _scenario(running: cluster.Cluster, api: KubeApi, interval: int, intervals: 
             1 for uid, pid in pods.items() if serving_pods(api, NAMESPACE).get(uid) != pid
         ),
         "podTemplateChanged": templates(api, NAMESPACE) != template,
+        "answers": answers,
         "meanKBefore": {n: round(mean_k(t), 2) for n, t in before.items()},
         "meanKAfter": {n: round(mean_k(t), 2) for n, t in after.items()},
         "phases": phases,
@@ -202,9 +213,11 @@ def markdown(result: Obj) -> str:
         f"Interval {result['interval_s']} s, pools {', '.join(result['pools'])}; "
         f"the plain spec was Ready in {result['readySeconds']} s.",
         "",
-        f"- traffic shift (chat -> random) to lower-K tables in force in every pod: "
+        f"- traffic shift (chat -> random) to every pool's answer in force (a lower-K "
+        f"table in every pod, or the pods at K=0 by their own choice): "
         f"**{result['shiftToTablesInForceSeconds']} s** "
-        f"({result['shiftToTablesInForceIntervals']} intervals)",
+        f"({result['shiftToTablesInForceIntervals']} intervals); "
+        + ", ".join(f"{g}: {a}" for g, a in result.get("answers", {}).items()),
         f"- pod restarts: **{result['podRestarts']}**; pod template changed: "
         f"**{result['podTemplateChanged']}**",
         "- mean K over batch sizes 1-64, before -> after: "

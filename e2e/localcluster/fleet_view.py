@@ -14,11 +14,13 @@ import json
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from e2e.localcluster.emulation import LOCAL_METRICS, LOCAL_PID
 from e2e.localcluster.kubeapi import KubeApi
+from specdeploy.operator.naming import table_configmap_name
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]
@@ -108,6 +110,48 @@ def addon_steps_by_k(api: KubeApi, namespace: str) -> dict[str, dict[int, float]
                 by_k = found.setdefault(labels["pool"], {})
                 k = int(labels["k"])
                 by_k[k] = by_k.get(k, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+LOWERED = "table lowered by the operator"
+PODS_CHOSE_K0 = "pods chose K=0"
+K0_SHARE = 0.75
+"""Share of a pool's steps since the shift at K=0 that counts as its pods' own answer."""
+MIN_STEPS = 300.0
+"""Steps since the shift that share is read over."""
+
+
+def shift_answers(
+    api: KubeApi,
+    namespace: str,
+    parent: str,
+    before: dict[str, list[list[int]]],
+    steps_before: dict[str, dict[int, float]],
+    gpu_types: Sequence[str],
+) -> dict[str, str]:
+    """GPU type -> how its pool has answered a traffic shift to random text so far.
+
+    Two answers are right. The operator lowers the pool's table from the live
+    acceptance (``LOWERED``), or the pool's pods move to K=0 on their own
+    (``PODS_CHOSE_K0``): the adaptive policy prices K=0 above the table's K
+    under random text (an H100 pod at batch 1-2 does within seconds), and then
+    its speculative steps are too few for a confident live acceptance in one
+    window, so the table rightly stays. A pool with neither is absent.
+    ``before`` and ``steps_before`` are ``tables`` and ``addon_steps_by_k`` at
+    the shift.
+    """
+    now, steps_now = tables(api, namespace), addon_steps_by_k(api, namespace)
+    found = {}
+    for gpu in gpu_types:
+        table = table_configmap_name(parent, gpu)
+        if mean_k(now[table]) < mean_k(before[table]):
+            found[gpu] = LOWERED
+            continue
+        earlier = steps_before.get(gpu, {})
+        ran = {k: n - earlier.get(k, 0.0) for k, n in steps_now.get(gpu, {}).items()}
+        total = sum(ran.values())
+        if total >= MIN_STEPS and ran.get(0, 0.0) / total >= K0_SHARE:
+            found[gpu] = PODS_CHOSE_K0
     return found
 
 

@@ -37,11 +37,13 @@ import pytest
 from e2e.dashboards import panels, render, results
 from e2e.localcluster import cluster, processes, service_url
 from e2e.localcluster.fleet_view import (
+    LOWERED,
     addon_generations,
     addon_steps_by_k,
     load_summary,
     mean_k,
     serving_pods,
+    shift_answers,
     start_load,
     tables,
     templates,
@@ -50,7 +52,7 @@ from e2e.localcluster.kubeapi import KubeApi
 from e2e.localcluster.scrape import family_total
 from e2e.localcluster.waiting import WaitTimeout, wait_for
 from e2e.time_scale import scaled
-from specdeploy.operator.naming import deployment_name, table_configmap_name
+from specdeploy.operator.naming import deployment_name
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]
@@ -61,12 +63,6 @@ SCRAPE_S = 2.0
 """The local cluster's scrape interval (``prometheus.DEFAULT_SCRAPE_INTERVAL``)."""
 DASHBOARDS_OUT = "SPECDEPLOY_DASHBOARDS_OUT"
 GPU_TYPES = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S")
-LOWERED = "table lowered by the operator"
-POD_CHOSE_K0 = "pods chose K=0"
-K0_SHARE = 0.75
-"""Share of a pool's steps since the shift at K=0 that counts as its pods' own answer."""
-MIN_STEPS = 300.0
-"""Steps since the shift that share is read over."""
 
 
 def plain_spec() -> Obj:
@@ -114,38 +110,6 @@ def telemetry_intervals(local: cluster.Cluster) -> float:
 def status_pools(admin: KubeApi, namespace: str) -> list[Obj]:
     pools: list[Obj] = status(admin, namespace).get("pools", [])
     return pools
-
-
-def shift_answers(
-    before: dict[str, list[list[int]]],
-    now: dict[str, list[list[int]]],
-    steps_before: dict[str, dict[int, float]],
-    admin: KubeApi,
-    namespace: str,
-) -> dict[str, str]:
-    """GPU type -> how its pool has answered a traffic shift to random text so far.
-
-    Two answers are right. The operator lowers the pool's table from the live
-    acceptance (``LOWERED``), or the pool's pods move to K=0 on their own
-    (``POD_CHOSE_K0``): the adaptive policy prices K=0 above the table's K under
-    random text (an H100 pod at batch 1-2 does within seconds), and then its
-    speculative steps are too few for a confident live acceptance in one
-    window, so the table rightly stays. A pool with neither is absent.
-    """
-    steps_now = addon_steps_by_k(admin, namespace)
-    found = {}
-    for gpu in GPU_TYPES:
-        table = table_configmap_name(NAME, gpu)
-        if mean_k(now[table]) < mean_k(before[table]):
-            found[gpu] = LOWERED
-            continue
-        ran = {
-            k: n - steps_before.get(gpu, {}).get(k, 0.0) for k, n in steps_now.get(gpu, {}).items()
-        }
-        total = sum(ran.values())
-        if total >= MIN_STEPS and ran.get(0, 0.0) / total >= K0_SHARE:
-            found[gpu] = POD_CHOSE_K0
-    return found
 
 
 def timed(label: str, started: float) -> float:
@@ -225,7 +189,7 @@ def test_a_plain_spec_serves_and_live_telemetry_moves_the_tables_without_restart
     random_report = served.report("random")
 
     def answered() -> dict[str, str] | None:
-        found = shift_answers(before, tables(admin, namespace), steps_before, admin, namespace)
+        found = shift_answers(admin, namespace, NAME, before, steps_before, GPU_TYPES)
         return found if len(found) == len(GPU_TYPES) else None
 
     # The operator's decision, counted in its own telemetry intervals (not seconds: a
@@ -234,7 +198,7 @@ def test_a_plain_spec_serves_and_live_telemetry_moves_the_tables_without_restart
     try:
         answers = wait_for(answered, what="every pool answering the random text", timeout=90)
     except WaitTimeout:
-        found = shift_answers(before, tables(admin, namespace), steps_before, admin, namespace)
+        found = shift_answers(admin, namespace, NAME, before, steps_before, GPU_TYPES)
         pytest.fail(
             f"pools answered in 90 s: {found}; pools: {json.dumps(status_pools(admin, namespace))}"
         )
