@@ -125,6 +125,23 @@ class CellRatio:
     steps: float
 
 
+def cell_mean_size(sizes: Mapping[Cell, float], cell: Cell, count: float, top: int) -> float | None:
+    """The mean batch size of a cell's steps (its summed ``sizes`` over ``count``), held to its
+    bucket and to ``top``; None where the pods did not export the sizes.
+
+    Held, because the two counters are extrapolated apart by Prometheus and, during a
+    rollout, pods that predate the series add steps without sizes.
+    """
+    summed = sizes.get(cell, 0.0)
+    bucket = bucket_index(cell[0])
+    if summed <= 0 or count <= 0 or bucket is None:
+        return None
+    lo, hi = bucket_bounds(bucket)
+    if lo > top:
+        return None
+    return min(max(summed / count, float(lo)), float(min(hi, top)))
+
+
 def cell_ratios(
     step_times: Mapping[Cell, StepTimes],
     model: StepCostModel,
@@ -143,11 +160,8 @@ def cell_ratios(
         bucket = bucket_index(label)
         if bucket is None or k not in model.columns or times.count <= 0:
             continue
-        middle = min(bucket_middle(bucket), float(max_batch_size))
-        summed = (batch_sizes or {}).get((label, k), 0.0)
-        if summed > 0:
-            lo, hi = bucket_bounds(bucket)
-            middle = min(max(summed / times.count, float(lo)), float(hi), float(max_batch_size))
+        mean = cell_mean_size(batch_sizes or {}, (label, k), times.count, max_batch_size)
+        middle = mean if mean is not None else min(bucket_middle(bucket), float(max_batch_size))
         _, v = model.base(middle, k)
         predicted = model.itl_ms(middle, k, middle * v, middle * model.reference_context)
         live = times.mean_ms
@@ -268,17 +282,15 @@ def served_mix(window: PoolWindow, rows: int) -> dict[tuple[int, int], float]:
         bucket = bucket_index(label)
         if bucket is None:
             continue
-        lo, hi = bucket_bounds(bucket)
-        top = min(hi, rows - 1)
-        sizes = window.step_batch_sizes.get((label, k), 0.0)
-        if sizes > 0 and times.count > 0 and lo <= top:
-            mean = min(max(sizes / times.count, lo), top)
+        mean = cell_mean_size(window.step_batch_sizes, (label, k), times.count, rows - 1)
+        if mean is not None:
             below = math.floor(mean)
             above_share = mean - below
             add(below, k, times.count * (1.0 - above_share))
             if above_share > 0:
                 add(below + 1, k, times.count * above_share)
             continue
+        lo, hi = bucket_bounds(bucket)
         spread = [bs for bs in range(lo, hi + 1) if bs < rows] or [rows - 1]
         for bs in spread:
             add(bs, k, times.count / len(spread))
