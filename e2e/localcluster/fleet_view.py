@@ -18,9 +18,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
 from e2e.localcluster.emulation import LOCAL_METRICS, LOCAL_PID
 from e2e.localcluster.kubeapi import KubeApi
 from specdeploy.operator.naming import table_configmap_name
+from specdeploy.runtime.contract import Series, SeriesLabel
 from specdeploy.runtime.kube import paths
 
 Obj = dict[str, Any]
@@ -82,19 +86,23 @@ def _addon_metrics(api: KubeApi, namespace: str) -> dict[str, str]:
     return found
 
 
-def _labels(line: str) -> dict[str, str]:
-    inner = line[line.index("{") + 1 : line.index("}")]
-    pairs = (part.split("=", 1) for part in inner.split(",") if "=" in part)
-    return {key: value.strip('"') for key, value in pairs}
+def _samples(text: str, family: str) -> list[Sample]:
+    """``family``'s samples in a ``/metrics`` text (``_created`` left out)."""
+    return [
+        sample
+        for found in text_string_to_metric_families(text)
+        if found.name == family
+        for sample in found.samples
+        if not sample.name.endswith("_created")
+    ]
 
 
 def addon_generations(api: KubeApi, namespace: str) -> dict[str, float]:
     """Serving pod name -> its add-on's ``specdeploy_table_generation``."""
     found = {}
     for name, text in _addon_metrics(api, namespace).items():
-        for line in text.splitlines():
-            if line.startswith("specdeploy_table_generation{"):
-                found[name] = float(line.rsplit(" ", 1)[1])
+        for sample in _samples(text, Series.TABLE_GENERATION):
+            found[name] = sample.value
     return found
 
 
@@ -104,12 +112,10 @@ def addon_steps_by_k(api: KubeApi, namespace: str) -> dict[str, dict[int, float]
     the adaptive policy may hold below the table's."""
     found: dict[str, dict[int, float]] = {}
     for text in _addon_metrics(api, namespace).values():
-        for line in text.splitlines():
-            if line.startswith("specdeploy_steps_total{"):
-                labels = _labels(line)
-                by_k = found.setdefault(labels["pool"], {})
-                k = int(labels["k"])
-                by_k[k] = by_k.get(k, 0.0) + float(line.rsplit(" ", 1)[1])
+        for sample in _samples(text, Series.STEPS):
+            by_k = found.setdefault(sample.labels[SeriesLabel.POOL], {})
+            k = int(sample.labels[SeriesLabel.K])
+            by_k[k] = by_k.get(k, 0.0) + sample.value
     return found
 
 
