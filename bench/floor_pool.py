@@ -103,6 +103,13 @@ class Traces:
     plain: StepTrace
     noise: FloatArray
     """Live step-time factors of the speculating trace (what its telemetry reports)."""
+    plain_noise: FloatArray = field(default_factory=lambda: np.zeros(0))
+    """Live step-time factors of the plain trace as a plain reference pod's clock (drawn
+    apart: another pod); empty: the plain trace's own times."""
+    finished: tuple[FloatArray, FloatArray] = field(
+        default_factory=lambda: (np.zeros(0), np.zeros(0))
+    )
+    """When each request finished: (speculating, plain)."""
 
     @cached_property
     def clean(self) -> npt.NDArray[np.bool_]:
@@ -119,6 +126,23 @@ class Traces:
         """The speculating trace's step times as its telemetry reports them (with noise)."""
         live: FloatArray = self.speculating.seconds * self.noise
         return live
+
+    def tpot(self, speculating: bool, lo: float, hi: float) -> StepTimes | None:
+        """vLLM's time per output token over (lo, hi] for one pod, as its histogram's sum and
+        count: the requests finished in the window, each at the window's live seconds per
+        output token (every decoding sequence waits each step). A stand-in for the mean of
+        the finished requests' own TPOTs, which span their lifetimes (MODELLED)."""
+        trace = self.speculating if speculating else self.plain
+        factors = self.noise if speculating else self.plain_noise
+        sel = (trace.end_time > lo) & (trace.end_time <= hi)
+        tokens = float(trace.tokens[sel].sum())
+        finished = self.finished[0 if speculating else 1]
+        requests = float(((finished > lo) & (finished <= hi)).sum())
+        if tokens <= 0 or requests <= 0:
+            return None
+        seconds = trace.seconds[sel] * (factors[sel] if factors.size else 1.0)
+        per_token = float((seconds * trace.decode_seqs[sel]).sum()) / tokens
+        return StepTimes(per_token * requests, requests)
 
     def tokens(self, speculating: bool, lo: float, hi: float) -> float:
         trace = self.speculating if speculating else self.plain
@@ -152,16 +176,34 @@ def run_traces(
         None, workload, speculative=False, duration_s=horizon_s, seed=seed, trace=True
     )
     assert spec.trace is not None and plain.trace is not None
+    assert spec.requests is not None and plain.requests is not None
     rng = np.random.default_rng([seed, 7])
     noise = ar1_factors(rng, spec.trace.seconds.size, LIVE_STEP_CV, LIVE_STEP_RHO)
-    return Traces(spec.trace, plain.trace, noise)
+    plain_rng = np.random.default_rng([seed, 11])
+    plain_noise = ar1_factors(plain_rng, plain.trace.seconds.size, LIVE_STEP_CV, LIVE_STEP_RHO)
+    finished = (spec.requests.finish, plain.requests.finish)
+    return Traces(spec.trace, plain.trace, noise, plain_noise, finished)
+
+
+def _scaled(times: StepTimes | None, pods: float) -> StepTimes | None:
+    if times is None or pods <= 0:
+        return None
+    return StepTimes(times.seconds * pods, times.count * pods)
 
 
 def telemetry_window(
-    traces: Traces, lo: float, hi: float, *, pods: float, window_s: float
+    traces: Traces,
+    lo: float,
+    hi: float,
+    *,
+    pods: float,
+    window_s: float,
+    reference: float = 0.0,
 ) -> PoolWindow | None:
     """What Prometheus reports for ``pods`` speculating replicas over (lo, hi]: the add-on's
-    counters summed over them (None: no speculating pod, so no series)."""
+    counters summed over them, and vLLM's time per output token of theirs and of a plain
+    reference pod serving ``reference`` of the window (None: no speculating pod, so no
+    series)."""
     trace = traces.speculating
     sel = (trace.end_time > lo) & (trace.end_time <= hi)
     if pods <= 0 or not sel.any():
@@ -207,6 +249,8 @@ def telemetry_window(
         steps_by_k=steps_by_k,
         k0_passes=k0_passes,
         generation_tokens_per_second=float(trace.tokens[sel].sum()) * pods / window_s,
+        tpot=_scaled(traces.tpot(True, lo, hi), pods),
+        reference_tpot=_scaled(traces.tpot(False, lo, hi), reference),
         age_seconds=5.0,
     )
 
@@ -316,9 +360,16 @@ class Operator:
     def canary(self) -> bool:
         return self._deployment(canary=True) is not None
 
-    def _deployment(self, *, canary: bool) -> dict[str, Any] | None:
+    def reference(self) -> bool:
+        """Whether the live floor asks for a plain reference replica beside the pool."""
+        return self._deployment(suffix="-reference") is not None
+
+    def _deployment(self, *, canary: bool = False, suffix: str = "") -> dict[str, Any] | None:
+        wanted = suffix or ("-canary" if canary else "")
         for m in self.decision.owned:
-            if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-canary") == canary:
+            name = m["metadata"]["name"]
+            mine = name.endswith(wanted) if wanted else not name.endswith(("-canary", "-reference"))
+            if m["kind"] == "Deployment" and mine:
                 return dict(m["spec"]["template"])
         return None
 
@@ -342,12 +393,15 @@ class Replicas:
     next_move: float = math.inf
     canary_since: float | None = None
     """When the canary pod was created (it serves from ``restart_seconds`` later)."""
+    reference_since: float | None = None
+    """When the plain reference pod was created (it serves from ``restart_seconds`` later)."""
 
     def __post_init__(self) -> None:
         self.speculating = self.total
 
-    def aim(self, speculating: bool, canary: bool, now: float) -> None:
-        """The decision at ``now``: the template's mode, and whether a canary is wanted."""
+    def aim(self, speculating: bool, canary: bool, now: float, reference: bool = False) -> None:
+        """The decision at ``now``: the template's mode, and whether a canary or a plain
+        reference is wanted (each a surged extra pod)."""
         if speculating != self.target:
             self.target = speculating
             self.next_move = now + self.restart_seconds
@@ -355,19 +409,27 @@ class Replicas:
             self.canary_since = now
         elif not canary:
             self.canary_since = None
+        if reference and self.reference_since is None:
+            self.reference_since = now
+        elif not reference:
+            self.reference_since = None
 
-    def segments(self, lo: float, hi: float) -> list[tuple[float, float, int, bool]]:
-        """(start, end, speculating pool replicas, canary serving) over (lo, hi], moving the
-        rollout along."""
-        out: list[tuple[float, float, int, bool]] = []
+    def _serving_from(self, since: float | None) -> float:
+        return math.inf if since is None else since + self.restart_seconds
+
+    def segments(self, lo: float, hi: float) -> list[tuple[float, float, int, bool, bool]]:
+        """(start, end, speculating pool replicas, canary serving, plain reference serving)
+        over (lo, hi], moving the rollout along."""
+        out: list[tuple[float, float, int, bool, bool]] = []
         t = lo
         while t < hi:
             end = min(hi, self.next_move)
-            ready = self.canary_since is not None
-            canary_at = (self.canary_since or 0.0) + self.restart_seconds
-            if ready and t < canary_at < end:
-                end = canary_at
-            out.append((t, end, self.speculating, ready and t >= canary_at))
+            canary_at = self._serving_from(self.canary_since)
+            reference_at = self._serving_from(self.reference_since)
+            for at in (canary_at, reference_at):
+                if t < at < end:
+                    end = at
+            out.append((t, end, self.speculating, t >= canary_at, t >= reference_at))
             t = end
             if t >= self.next_move:
                 wanted = self.total if self.target else 0
@@ -393,9 +455,11 @@ class WindowRecord:
     pool_over_plain: float
     """The pool's replicas' tokens over as many plain replicas' in the window."""
     with_canary_over_plain: float
-    """The same counting the canary's GPU: (pool + canary tokens) / plain per GPU."""
+    """The same counting the canary's or the plain reference's GPU: (pool + its tokens) /
+    plain per GPU."""
     speculating_replicas: float
     canary: bool
+    reference: bool
     state: str
     ratio: float | None
     ratio_high: float | None
@@ -420,32 +484,44 @@ def run_pool(
     out: list[WindowRecord] = []
     for w in range(int(horizon_s // window_s)):
         lo, hi = w * window_s, (w + 1) * window_s
-        pool_tokens = canary_tokens = spec_pod_seconds = canary_seconds = 0.0
-        for a, b, speculating, canary in pods.segments(lo, hi):
+        pool_tokens = extra_tokens = spec_pod_seconds = extra_seconds = reference_seconds = 0.0
+        for a, b, speculating, canary, reference in pods.segments(lo, hi):
             spec_tokens, plain_tokens = traces.tokens(True, a, b), traces.tokens(False, a, b)
             pool_tokens += speculating * spec_tokens + (replicas - speculating) * plain_tokens
             spec_pod_seconds += (speculating + canary) * (b - a)
             if canary:
-                canary_tokens += spec_tokens
-                canary_seconds += b - a
+                extra_tokens += spec_tokens
+                extra_seconds += b - a
+            if reference:
+                extra_tokens += plain_tokens
+                extra_seconds += b - a
+                reference_seconds += b - a
         plain = traces.tokens(False, lo, hi)
         pods_seen = spec_pod_seconds / window_s
-        window = telemetry_window(traces, lo, hi, pods=pods_seen, window_s=window_s)
+        window = telemetry_window(
+            traces,
+            lo,
+            hi,
+            pods=pods_seen,
+            window_s=window_s,
+            reference=reference_seconds / window_s,
+        )
         operator.reconcile(hi, window)
-        pods.aim(operator.speculating(), operator.canary(), hi)
+        pods.aim(operator.speculating(), operator.canary(), hi, operator.reference())
         floor = operator.floor()
-        gpus = replicas + canary_seconds / window_s
+        gpus = replicas + extra_seconds / window_s
         out.append(
             WindowRecord(
                 end_s=hi,
                 pool_tokens=pool_tokens,
                 plain_tokens=replicas * plain,
                 pool_over_plain=pool_tokens / (replicas * plain) if plain else math.nan,
-                with_canary_over_plain=(pool_tokens + canary_tokens) / (gpus * plain)
+                with_canary_over_plain=(pool_tokens + extra_tokens) / (gpus * plain)
                 if plain
                 else math.nan,
                 speculating_replicas=spec_pod_seconds / window_s,
                 canary=operator.canary(),
+                reference=operator.reference(),
                 state=str(floor.get("state", "Speculating")),
                 ratio=floor.get("ratio"),
                 ratio_high=floor.get("ratioHigh"),

@@ -26,8 +26,9 @@ Every target is judged on the 5th percentile over the draws (``--draws``, 20
 by default; the worst for the flips), and each has a unit test in which a
 deliberately worse floor fails it (``tests/unit/bench/test_floor_scenarios.py``).
 The pool's ratio counts its own replicas; the canary's GPU (one more while
-plain) is reported beside it. Writes ``live_floor.json`` and ``live_floor.md``
-under ``--out``; exits 1 if a target is missed.
+plain) or the plain reference's (one more while it measures) is reported beside
+it. Writes ``live_floor.json`` and ``live_floor.md`` under ``--out``; exits 1 if
+a target is missed.
 
     python bench/floor_scenarios.py [--out bench/results] [--draws 20] [--jobs 2]
 """
@@ -254,8 +255,10 @@ def run_draw(scenario: Scenario, seed: int, setup: Setup) -> Draw:
         horizon_s=scenario.horizon_s,
     )
     judged = [w for w in windows if w.end_s > scenario.judged_from_s]
-    gpus = sum(setup.replicas + (1.0 if w.canary else 0.0) for w in judged)
-    served = sum(w.with_canary_over_plain * (setup.replicas + w.canary) for w in judged)
+    gpus = sum(setup.replicas + float(w.canary) + float(w.reference) for w in judged)
+    served = sum(
+        w.with_canary_over_plain * (setup.replicas + w.canary + w.reference) for w in judged
+    )
     times = flips(windows)
     return Draw(
         scenario=scenario.name,

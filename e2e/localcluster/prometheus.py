@@ -17,7 +17,9 @@ Every serving pod gets two target groups:
 
 each with ``namespace``, ``pod``, ``specdeploy_deployment`` (the pod's
 ``specdeploy.io/deployment`` label), ``specdeploy_pool`` (``specdeploy.io/pool``)
-and, when the pod has it, ``specdeploy_profile`` (``specdeploy.io/profile``).
+and, when the pod has them, ``specdeploy_profile`` (``specdeploy.io/profile``) and
+``specdeploy_plain_reference`` (``specdeploy.io/plain-reference``, the live floor's plain
+reference replica).
 ``pod_target_groups`` builds exactly these. In a real cluster the chart's
 PodMonitor gives the same labels (prometheus-operator adds ``namespace`` and
 ``pod`` itself; a relabelling whose source label is empty drops the target
@@ -44,6 +46,8 @@ label, so ``specdeploy_profile`` is absent when the pod has none):
               targetLabel: specdeploy_pool
             - sourceLabels: [__meta_kubernetes_pod_label_specdeploy_io_profile]
               targetLabel: specdeploy_profile
+            - sourceLabels: [__meta_kubernetes_pod_label_specdeploy_io_plain_reference]
+              targetLabel: specdeploy_plain_reference
         - port: metrics       # the add-on's metrics port
           path: /metrics
           relabelings:        # the same three, with job specdeploy-addon
@@ -98,6 +102,7 @@ POD_LABELS = {
     "specdeploy.io/deployment": "specdeploy_deployment",
     "specdeploy.io/pool": "specdeploy_pool",
     "specdeploy.io/profile": "specdeploy_profile",
+    "specdeploy.io/plain-reference": "specdeploy_plain_reference",
 }
 REQUIRED_POD_LABELS = ("specdeploy.io/deployment", "specdeploy.io/pool")
 

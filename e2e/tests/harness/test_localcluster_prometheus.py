@@ -119,6 +119,7 @@ def test_the_pod_label_keys_are_the_ones_the_operator_sets() -> None:
         common.DEPLOYMENT_LABEL,
         common.POOL_LABEL,
         common.PROFILE_LABEL,
+        common.REFERENCE_LABEL,
     }
 
 

@@ -639,7 +639,10 @@ class PoolFloor(WireModel):
     cost. While plain, one surged canary replica keeps speculating: its R's lower
     bound above 1 + margin for as many windows brings the pool back; with no
     canary evidence (its pod unscheduled: no spare GPU) a timed probe does. At
-    most two flips an hour.
+    most two flips an hour. Where R cannot tell speculation from plain decoding
+    (a profile's noise wider than the difference), one surged plain reference
+    replica serves beside the speculating pool and the two kinds of pod are
+    compared by vLLM's own time per output token (``pool.plain_reference``).
     """
 
     state: FloorState = FloorState.SPECULATING
@@ -658,6 +661,31 @@ class PoolFloor(WireModel):
     )
     canary_at: str | None = Field(
         default=None, description="In state plain: when the canary's last window was judged."
+    )
+    undecided_windows: int = Field(
+        default=0,
+        ge=0,
+        description="In state speculating: windows in a row whose R told speculation from "
+        "plain decoding neither way (its interval across 1 +- margin).",
+    )
+    undecided_since: str | None = Field(
+        default=None, description="When the current run of undecided windows began."
+    )
+    reference_since: str | None = Field(
+        default=None,
+        description="In state speculating: since when one plain reference replica serves "
+        "beside the pool (None: none), surged, to measure plain decoding's time per output "
+        "token against the speculating pods' under the same traffic.",
+    )
+    reference_ratios: tuple[float, ...] = Field(
+        default=(),
+        description="The plain reference's windows: its time per output token over the "
+        "speculating pods' (above 1: speculation is faster).",
+    )
+    reference_ended_at: str | None = Field(
+        default=None,
+        description="When the last plain reference ended (the next waits the floor's "
+        "reference hold-off).",
     )
     since: str | None = Field(default=None, description="When the pool entered its state.")
     flips: tuple[str, ...] = Field(

@@ -52,6 +52,23 @@ class FloorSettings:
     2 a hostile regime costs one round trip an hour at most."""
     max_flips_per_hour: int = 2
     """Flips (either way) in any hour: oscillating traffic makes at most one round trip."""
+    reference_after_windows: int = 3
+    """Speculating, windows in a row whose R is undecided (its interval across
+    1 +- margin) before one plain reference replica is surged beside the pool
+    (``pool.plain_reference``): R priced by a noisy profile can hide a loss of a
+    few percent, which the pods' own latencies, side by side, do not."""
+    reference_margin: float = 0.005
+    """epsilon for the plain reference's A/B: its interval is the two kinds of pod's own
+    clocks under the same traffic, so the margin asks only that a loss be worth acting on
+    (the break-even does the rest)."""
+    reference_min_windows: int = 5
+    """Windows of A/B (each with ``reference_min_requests`` finished on both sides) before
+    its interval is trusted: the interval is the windows' own spread."""
+    reference_min_requests: float = 20.0
+    """Requests finished in a window by each side for the window to count in the A/B."""
+    reference_max_seconds: float = 3600.0
+    """A plain reference that has not shown a loss after this long (or whose pod never
+    served) ends, and the next waits as long again: a GPU is not held for a tie."""
 
 
 DEFAULT_FLOOR = FloorSettings()

@@ -65,6 +65,11 @@ def canary_deployment_name(parent: str, gpu_type: str) -> str:
     return dns_label(parent, gpu_slug(gpu_type), "canary")
 
 
+def reference_deployment_name(parent: str, gpu_type: str) -> str:
+    """The live floor's plain reference replica beside a speculating pool."""
+    return dns_label(parent, gpu_slug(gpu_type), "reference")
+
+
 def table_configmap_name(parent: str, gpu_type: str) -> str:
     return dns_label(parent, gpu_slug(gpu_type), "table")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from bench.floor_pool import (
@@ -127,6 +128,21 @@ def test_the_telemetry_window_counts_every_speculating_pod_and_only_clean_steps(
     assert telemetry_window(collapse_traces, 0.0, 60.0, pods=0.0, window_s=60.0) is None
 
 
+def test_the_telemetry_window_times_tokens_on_both_sides_of_a_plain_reference(
+    collapse_traces: Traces,
+) -> None:
+    """Chat at batch 16: speculation wins, so the plain reference pod's time per output token
+    is the longer; its noise is its own (another pod), and without it there is none."""
+    chat = telemetry_window(collapse_traces, 0.0, 100.0, pods=2.0, window_s=100.0, reference=1.0)
+    assert chat is not None and chat.tpot is not None and chat.reference_tpot is not None
+    assert chat.tpot.count > 0 and chat.reference_tpot.count > 0
+    ratio = chat.reference_tpot.mean_ms / chat.tpot.mean_ms
+    assert 1.1 < ratio < 2.0, ratio
+    alone = telemetry_window(collapse_traces, 0.0, 100.0, pods=2.0, window_s=100.0)
+    assert alone is not None and alone.reference_tpot is None
+    assert not np.array_equal(collapse_traces.noise[:50], collapse_traces.plain_noise[:50])
+
+
 def test_the_telemetry_window_carries_the_heads_k0_pass_once_the_pods_run_k0(
     collapse_traces: Traces,
 ) -> None:
@@ -150,18 +166,29 @@ def test_the_telemetry_window_carries_the_heads_k0_pass_once_the_pods_run_k0(
 
 def test_a_surged_rollout_moves_one_replica_per_restart_and_the_canary_serves_once_ready() -> None:
     pods = Replicas(total=3, restart_seconds=10.0)
-    assert pods.segments(0.0, 5.0) == [(0.0, 5.0, 3, False)]
+    assert pods.segments(0.0, 5.0) == [(0.0, 5.0, 3, False, False)]
     pods.aim(speculating=False, canary=True, now=5.0)
     got = pods.segments(5.0, 60.0)
-    assert [(a, b, n) for a, b, n, _ in got] == [
+    assert [(a, b, n) for a, b, n, _, _ in got] == [
         (5.0, 15.0, 3),
         (15.0, 25.0, 2),
         (25.0, 35.0, 1),
         (35.0, 60.0, 0),
     ]
-    assert [c for *_, c in got] == [False, True, True, True]  # Ready 10 s after creation
+    assert [c for *_, c, _ in got] == [False, True, True, True]  # Ready 10 s after creation
     pods.aim(speculating=True, canary=False, now=60.0)
-    assert pods.segments(60.0, 75.0) == [(60.0, 70.0, 0, False), (70.0, 75.0, 1, False)]
+    assert pods.segments(60.0, 75.0) == [
+        (60.0, 70.0, 0, False, False),
+        (70.0, 75.0, 1, False, False),
+    ]
+
+
+def test_a_plain_reference_serves_once_ready_and_goes_with_the_decision() -> None:
+    pods = Replicas(total=2, restart_seconds=10.0)
+    pods.aim(speculating=True, canary=False, now=0.0, reference=True)
+    assert pods.segments(0.0, 30.0) == [(0.0, 10.0, 2, False, False), (10.0, 30.0, 2, False, True)]
+    pods.aim(speculating=True, canary=False, now=30.0, reference=False)
+    assert pods.segments(30.0, 40.0) == [(30.0, 40.0, 2, False, False)]
 
 
 def _windows(ratios: list[float], states: list[str] | None = None) -> list[WindowRecord]:
@@ -175,6 +202,7 @@ def _windows(ratios: list[float], states: list[str] | None = None) -> list[Windo
             with_canary_over_plain=r,
             speculating_replicas=4.0,
             canary=False,
+            reference=False,
             state=s,
             ratio=None,
             ratio_high=None,

@@ -19,7 +19,12 @@ from specdeploy.runtime.vllm_addon.metrics import AddonMetrics
 
 pytestmark = pytest.mark.unit
 
-SCRAPE_LABELS = {"specdeploy_deployment", "specdeploy_namespace", "specdeploy_pool"}
+SCRAPE_LABELS = {
+    "specdeploy_deployment",
+    "specdeploy_namespace",
+    "specdeploy_pool",
+    "specdeploy_plain_reference",
+}
 """Labels the scrape adds (PodMonitor relabelling), spelled like series in PromQL."""
 ADDON_NAME = re.compile(r"\bspecdeploy_(?!operator_)[a-z0-9_]+")
 

@@ -9,6 +9,7 @@ lose and the profile's acceptance makes it win.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from specdeploy.operator.api import FloorState, PoolFloor
 from specdeploy.operator.config import Config, FloorSettings
 from specdeploy.operator.decision.decide import Decision
+from specdeploy.operator.telemetry.window import StepTimes
 from tests.unit.operator.telemetry.fakes import (
     NOW,
     PROFILE_RATES,
@@ -64,10 +66,20 @@ class Pool:
         self.config = config
         self.body, self.decision = settle(deployment, config=config, profile=self.profile)
 
-    def window(self, minute: float, rates: tuple[float, ...] | None, k: int = 5) -> Decision:
+    def window(
+        self, minute: float, rates: tuple[float, ...] | None, k: int = 5, ab: float | None = None
+    ) -> Decision:
         """A reconcile at ``minute`` with a window at ``rates`` whose steps ran at ``k`` (None:
-        no window this time)."""
-        telemetry = None if rates is None else report(window(rates, k=k, deployment=self.body))
+        no window this time); ``ab``: a plain reference pod served beside the pool, at this
+        time per output token over the speculating pods' (40 requests each)."""
+        telemetry = None
+        if rates is not None:
+            win = window(rates, k=k, deployment=self.body)
+            if ab is not None:
+                win = dataclasses.replace(
+                    win, tpot=StepTimes(0.4, 40.0), reference_tpot=StepTimes(0.4 * ab, 40.0)
+                )
+            telemetry = report(win)
         self.body, self.decision = step(
             self.body,
             self.decision,
@@ -271,3 +283,81 @@ def test_the_operators_flags_set_the_floors_restart_and_probe_and_default_to_its
     assert (args.floor_restart_seconds, args.floor_probe_after_seconds) == (40.0, 900.0)
     with pytest.raises(SystemExit):
         parser.parse_args(["--floor-restart-seconds=0"])
+
+
+UNDECIDED = tuple(c + 0.22 * (p - c) for p, c in zip(PROFILE_RATES, COLLAPSED, strict=True))
+"""Acceptance at which R's interval spans 1 +- 2%: the profile cannot tell."""
+
+
+def reference_deployment(decision: Decision) -> dict[str, Any] | None:
+    found = [
+        m
+        for m in decision.owned
+        if m["kind"] == "Deployment" and m["metadata"]["name"].endswith("-reference")
+    ]
+    return found[0] if found else None
+
+
+def test_an_undecided_r_brings_a_plain_reference_whose_a_b_finds_the_loss() -> None:
+    p = Pool()
+    for minute in (1, 2):
+        p.window(minute, UNDECIDED)
+        floor = p.floor()
+        assert floor is not None and floor.undecided_windows == minute, floor
+        assert reference_deployment(p.decision) is None
+    p.window(3, UNDECIDED)
+    floor = p.floor()
+    assert floor is not None and floor.reference_since == at(3), floor
+    assert floor.undecided_since == at(0)
+    ref = reference_deployment(p.decision)
+    assert ref is not None and p.speculating()
+    assert ref["spec"]["replicas"] == 1
+    assert ref["metadata"]["labels"]["specdeploy.io/plain-reference"] == "true"
+    assert "--speculative-config" not in json.dumps(ref["spec"]["template"])
+    # the A/B: speculation 2% slower, give or take 0.5%; five windows before it counts
+    spread = (0.975, 0.985, 0.98, 0.976, 0.984)
+    for minute, ab in zip(range(4, 8), spread, strict=False):
+        p.window(minute, UNDECIDED, ab=ab)
+        floor = p.floor()
+        assert floor is not None and floor.losing_windows == 0, (minute, floor)
+    p.window(8, UNDECIDED, ab=spread[4])
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.SPECULATING
+    assert floor.losing_windows == 1 and floor.ratio_high is not None and floor.ratio_high < 0.995
+    assert floor.losing_since == at(0), "the regime's age counts from the undecided windows"
+    assert "plain reference A/B" in floor.reason
+    for minute in (9, 10):
+        p.window(minute, UNDECIDED, ab=0.98)
+    floor = p.floor()
+    assert floor is not None and floor.state is FloorState.PLAIN, floor
+    assert not p.speculating() and reference_deployment(p.decision) is None
+    assert floor.reference_since is None and floor.reference_ratios == ()
+
+
+def test_a_plain_reference_that_finds_speculation_winning_ends_and_waits_before_the_next() -> None:
+    p = Pool()
+    for minute in (1, 2, 3):
+        p.window(minute, UNDECIDED)
+    for minute in range(4, 9):
+        p.window(minute, UNDECIDED, ab=1.04 + 0.002 * (minute % 2))
+    floor = p.floor()
+    assert floor is not None and floor.reference_since is None, floor
+    assert floor.reference_ended_at == at(8) and floor.undecided_windows == 0
+    assert reference_deployment(p.decision) is None and p.speculating()
+    for minute in range(9, 20):  # undecided again, within the hold-off: no new reference
+        p.window(minute, UNDECIDED)
+    floor = p.floor()
+    assert floor is not None and floor.reference_since is None and floor.undecided_windows == 11
+
+
+def test_a_plain_reference_that_never_reports_ends_after_its_hour() -> None:
+    p = Pool()
+    for minute in (1, 2, 3):
+        p.window(minute, UNDECIDED)
+    p.window(62, UNDECIDED)  # no A/B window at all: its pod never served (no spare GPU)
+    assert reference_deployment(p.decision) is not None
+    p.window(63, UNDECIDED)
+    floor = p.floor()
+    assert floor is not None and floor.reference_since is None
+    assert floor.reference_ended_at == at(63)
+    assert reference_deployment(p.decision) is None

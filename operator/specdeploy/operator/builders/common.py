@@ -18,6 +18,10 @@ COMPONENT_LABEL = "specdeploy.io/component"
 PROFILE_LABEL = "specdeploy.io/profile"
 CANARY_LABEL = "specdeploy.io/canary"
 """On the live floor's canary (a pool's one speculating replica while the rest run plain)."""
+REFERENCE_LABEL = "specdeploy.io/plain-reference"
+"""On the live floor's plain reference (one replica without speculation beside a speculating
+pool whose evidence cannot tell it from plain decoding); scraped as
+``specdeploy_plain_reference`` so the operator tells its latency from the pool's."""
 APPLIED_HASH = "specdeploy.io/applied-hash"
 """Annotation: hash of the manifest last applied, so an unchanged child is never re-sent."""
 

@@ -42,6 +42,7 @@ from specdeploy.operator.api import (
 from specdeploy.operator.builders.common import (
     CANARY_LABEL,
     PROFILE_LABEL,
+    REFERENCE_LABEL,
     SERVING,
     Manifest,
     Parent,
@@ -82,6 +83,9 @@ class ServingPool:
     canary: bool = False
     """The live floor's canary: one speculating replica beside a pool running plain
     decoding, selected apart (``CANARY_LABEL``) so each Deployment owns only its pods."""
+    reference: bool = False
+    """The live floor's plain reference: one replica without speculation beside a
+    speculating pool (``pool.plain_reference``), selected apart (``REFERENCE_LABEL``)."""
 
 
 def startup_table(max_k: int) -> list[list[int]]:
@@ -213,6 +217,8 @@ def serving_deployment(
     labels = parent_labels(parent, SERVING, pool.gpu_type)
     if pool.canary:
         labels[CANARY_LABEL] = "true"
+    if pool.reference:
+        labels[REFERENCE_LABEL] = "true"
     pod_labels = dict(labels)
     if pool.profile is not None:
         pod_labels[PROFILE_LABEL] = pool.profile

@@ -5,7 +5,10 @@ written (a name taken) and what the rollout says is the outcome stage's.
 While the live floor holds a pool at plain decoding, the pool also owns its
 canary: a one-replica Deployment beside the plain one (surged: the pool's
 replica count is the plain Deployment's), speculating with the add-on and
-the table in the ConfigMap, so its telemetry can bring the pool back. Pure.
+the table in the ConfigMap, so its telemetry can bring the pool back. While
+it holds a speculating pool whose R is undecided, the pool owns a plain
+reference instead: one surged replica without speculation, whose latency the
+operator compares with the speculating pods' (``pool.plain_reference``). Pure.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from specdeploy.operator.manifests import with_applied_hash
 from specdeploy.operator.naming import (
     canary_deployment_name,
     deployment_name,
+    reference_deployment_name,
     table_configmap_name,
 )
 from specdeploy.operator.pool.context import Context
@@ -102,6 +106,19 @@ def pool_children(ctx: Context, pool: Pool, served: ServedTable, scale: PoolScal
             canary=True,
         )
         owned = (*owned, with_applied_hash(serving_deployment(parent, spec, speculating)))
+    floor = served.floor
+    if served.schedule is not None and floor is not None and floor.reference_since is not None:
+        plain = ServingPool(
+            name=reference_deployment_name(parent.name, pool.gpu_type),
+            configmap=cm_name,
+            gpu_type=pool.gpu_type,
+            gpus_per_replica=pool.gpus_per_replica,
+            replicas=1,
+            profile=served.profile_ref,
+            schedule=None,
+            reference=True,
+        )
+        owned = (*owned, with_applied_hash(serving_deployment(parent, spec, plain)))
     owned = (*owned, *_scaler(ctx, pool, serving.name))
     if spec.network_policy.enabled:
         fence = pool_network_policy(

@@ -50,9 +50,11 @@ from pydantic import ValidationError
 from specdeploy.operator.api import Fallback, FloorState, PoolFloor
 from specdeploy.operator.config import FloorSettings
 from specdeploy.operator.naming import label_value
+from specdeploy.operator.pool import plain_reference
 from specdeploy.operator.pool.context import Context
 from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.table import ServedTable
+from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.floor import LiveRatio
 
 HOUR_S = 3600.0
@@ -188,17 +190,31 @@ def _while_plain(ctx: Context, served: ServedTable, before: PoolFloor) -> Served
 
 
 def _judged(
-    settings: FloorSettings, before: PoolFloor, ratio: LiveRatio, now: str, window_s: float
+    settings: FloorSettings,
+    before: PoolFloor,
+    ratio: LiveRatio,
+    now: str,
+    window_s: float,
+    window: PoolWindow | None = None,
 ) -> PoolFloor:
-    """The speculating state after one more window's R."""
+    """The speculating state after one more window's R, or the plain reference's A/B where
+    one has enough windows (``plain_reference``)."""
     flips = _recent(before.flips, now)
-    losing = ratio.high < 1.0 - settings.margin
+    before, ab = plain_reference.advance(settings, before, ratio, window, now, window_s)
+    evidence = ab or ratio
+    margin = settings.reference_margin if ab is not None else settings.margin
+    losing = evidence.high < 1.0 - margin
     streak = before.losing_windows + 1 if losing else 0
     started = before.losing_since if losing and before.losing_since else None
     if losing and started is None:
         began = _time(now) - datetime.timedelta(seconds=window_s)
         started = began.strftime("%Y-%m-%dT%H:%M:%SZ")
-    shown = _shown(ratio)
+        if ab is not None and before.undecided_since is not None:
+            # The A/B pools the windows since R went undecided: the same traffic all along,
+            # so the regime's age (what the break-even is judged on) counts from there.
+            started = min(started, before.undecided_since)
+    ratio = evidence
+    shown = _shown(ratio) if ab is None else f"plain reference A/B {_shown(ratio)}"
     fields: dict[str, Any] = {
         "ratio": ratio.ratio,
         "ratio_low": ratio.low,
@@ -209,7 +225,13 @@ def _judged(
         "flips": flips,
     }
     if not losing:
-        return before.model_copy(update={**fields, "reason": f"{shown}: speculation holds"})
+        held = f"{shown}: speculation holds"
+        if before.reference_since is not None:
+            n = len(before.reference_ratios)
+            held += f"; a plain reference replica measures ({n} windows of A/B)"
+        elif before.undecided_windows:
+            held += f"; undecided for {before.undecided_windows} windows"
+        return before.model_copy(update={**fields, "reason": held})
     age = _seconds_between(started, now)
     needed = break_even_seconds(settings, ratio)
     if streak < settings.losing_windows:
@@ -268,7 +290,7 @@ def with_live_floor(ctx: Context, pool: Pool, served: ServedTable) -> ServedTabl
         return replace(served, floor=before)  # no new window: nothing judged, nothing written
     window = ctx.windows.get(label_value(pool.gpu_type))
     window_s = window.window_seconds if window is not None else 0.0
-    after = _judged(ctx.config.floor, before or PoolFloor(), ratio, ctx.now, window_s)
+    after = _judged(ctx.config.floor, before or PoolFloor(), ratio, ctx.now, window_s, window)
     if before is not None and not _moved(before, after):
         after = before
     if after.state is FloorState.PLAIN:

@@ -35,6 +35,11 @@ STEP_BATCH_SIZES = "step_batch_sizes"
 K0_PASS_SECONDS, K0_PASSES = "k0_pass_seconds", "k0_passes"
 REQUESTS, FRESHNESS = "requests", "freshness"
 GENERATION, WAITING = "generation", "waiting"
+TPOT_SECONDS, TPOT_REQUESTS = "tpot_seconds", "tpot_requests"
+TPOT = "vllm:request_time_per_output_token_seconds"
+REFERENCE = "specdeploy_plain_reference"
+"""The scrape label of the live floor's plain reference pod (its ``specdeploy.io/plain-reference``
+pod label): its time per output token is plain decoding's beside the speculating pods'."""
 
 _CELL = f"{SeriesLabel.BATCH_BUCKET}, {SeriesLabel.K}"
 _COUNTERS: tuple[tuple[str, str, str], ...] = (
@@ -97,6 +102,11 @@ def build_queries(targets: Sequence[Target], window_seconds: float) -> list[Quer
         Query(GENERATION, f"sum by ({BY}) (rate(vllm:generation_tokens_total{sel}[{window}]))")
     )
     queries.append(Query(WAITING, f"sum by ({BY}) (vllm:num_requests_waiting{sel})"))
+    # The live floor's A/B: time per output token, the plain reference pod apart.
+    for name, suffix in ((TPOT_SECONDS, "sum"), (TPOT_REQUESTS, "count")):
+        queries.append(
+            Query(name, f"sum by ({BY}, {REFERENCE}) (increase({TPOT}_{suffix}{sel}[{window}]))")
+        )
     # The newest sample's time per pool: the freshness test (value: a Unix time).
     queries.append(
         Query(FRESHNESS, f"max by ({BY}) (timestamp({Series.SEQUENCE_STEPS.total}{sel}))")
@@ -176,6 +186,15 @@ def _k(sample: Sample) -> int | None:
     return _int_label(sample, SeriesLabel.K)
 
 
+def _role(reference: bool) -> Callable[[Sample], bool | None]:
+    """Keys the plain reference pod's samples (``reference``) or the pool's others."""
+    return lambda s: True if (s.labels.get(REFERENCE) == "true") == reference else None
+
+
+def _tpot(seconds: Sequence[Sample], counts: Sequence[Sample], reference: bool) -> StepTimes | None:
+    return _timed(seconds, counts, _role(reference)).get(True)
+
+
 def windows_from(
     answers: Mapping[str, Sequence[Sample]], *, window_seconds: float, max_positions: int = 16
 ) -> dict[PoolKey, PoolWindow]:
@@ -204,6 +223,8 @@ def windows_from(
             k0_passes=_timed(of(K0_PASS_SECONDS), of(K0_PASSES), _bucket),
             requests_per_second=_total(requests) if requests else None,
             generation_tokens_per_second=_total(generation) if generation else None,
+            tpot=_tpot(of(TPOT_SECONDS), of(TPOT_REQUESTS), reference=False),
+            reference_tpot=_tpot(of(TPOT_SECONDS), of(TPOT_REQUESTS), reference=True),
             waiting_requests=_total(waiting) if waiting else None,
             age_seconds=max(evaluated - newest, 0.0),
         )

@@ -51,6 +51,13 @@ class PoolWindow:
     requests_per_second: float | None = None
     generation_tokens_per_second: float | None = None
     """vLLM's output tokens/s over the window, summed over the pool's pods (its served demand)."""
+    tpot: StepTimes | None = None
+    """vLLM's time per output token of the requests the pool's pods finished in the window
+    (``vllm:request_time_per_output_token_seconds``: summed seconds, requests), the plain
+    reference apart (None: no request finished, or an engine that does not export it)."""
+    reference_tpot: StepTimes | None = None
+    """The same of the live floor's plain reference replica (``builders.common.REFERENCE_LABEL``):
+    plain decoding beside the speculating pods, under the same traffic."""
     waiting_requests: float | None = None
     """Requests queued for a batch slot now, summed over the pods (demand not yet served)."""
     age_seconds: float | None = None

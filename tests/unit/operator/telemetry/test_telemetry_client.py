@@ -52,7 +52,7 @@ def loop_for(url: str | None = None, **settings: Any) -> TelemetryLoop:
                          settings=TelemetrySettings(**settings))  # fmt: skip
 
 
-def test_three_pools_five_positions_cost_fifteen_queries_not_one_per_pool_and_position() -> None:
+def test_three_pools_five_positions_cost_seventeen_queries_not_one_per_pool_and_position() -> None:
     fake = FakePrometheus(answers=canned())
 
     async def go() -> Any:
@@ -60,7 +60,7 @@ def test_three_pools_five_positions_cost_fifteen_queries_not_one_per_pool_and_po
             return await loop_for().fetch(session, url, 60.0, [("inference", "chat")])
 
     reports = run(go)
-    assert len(fake.queries) == len(build_queries([Target("inference", "chat")], 60.0)) == 15
+    assert len(fake.queries) == len(build_queries([Target("inference", "chat")], 60.0)) == 17
     report = reports[("inference", "chat")]
     assert report.problem is None
     assert set(report.windows) == {"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S"}

@@ -17,6 +17,8 @@ from specdeploy.operator.telemetry.queries import (
     STEP_BATCH_SIZES,
     STEP_COUNT,
     STEP_SECONDS,
+    TPOT_REQUESTS,
+    TPOT_SECONDS,
     Target,
     build_queries,
     windows_from,
@@ -30,7 +32,7 @@ ONE = [Target("inference", "llama-8b-chat")]
 def test_one_query_per_family_grouped_by_pool_not_per_pool_or_position() -> None:
     queries = build_queries(ONE, 60)
     names = [q.name for q in queries]
-    assert len(names) == len(set(names)) == 15
+    assert len(names) == len(set(names)) == 17
     for q in queries:
         assert "specdeploy_pool" in q.promql
         assert q.promql.startswith(
@@ -104,6 +106,25 @@ def test_the_drafters_k0_passes_become_the_windows_per_bucket_times() -> None:
     assert passes.keys() == {"9-16"}, "a bucket without passes in the window has none"
     assert passes["9-16"].mean_ms == pytest.approx(2.0)
     assert windows[("inference", "d", "A100")].k0_passes == {}, "an n-gram pod times nothing"
+
+
+def test_time_per_output_token_is_split_between_the_plain_reference_and_the_pool() -> None:
+    ref = {"specdeploy_plain_reference": "true"}
+    answers = {
+        TPOT_SECONDS: [sample(3.0), sample(1.0, **ref), sample(2.0, "A100")],
+        TPOT_REQUESTS: [sample(100), sample(25, **ref), sample(0, "A100")],
+        FRESHNESS: [sample(990.0), sample(990.0, "A100")],
+    }
+    windows = windows_from(answers, window_seconds=60)
+    h100 = windows[("inference", "d", "H100")]
+    assert h100.tpot is not None and h100.tpot.mean_ms == pytest.approx(30.0)
+    assert h100.reference_tpot is not None and h100.reference_tpot.mean_ms == pytest.approx(40.0)
+    a100 = windows[("inference", "d", "A100")]
+    assert a100.tpot is None, "no request finished: no time per token"
+    assert a100.reference_tpot is None
+    promql = {q.name: q.promql for q in build_queries(ONE, 60)}
+    assert "specdeploy_plain_reference" in promql[TPOT_SECONDS]
+    assert "request_time_per_output_token_seconds_count" in promql[TPOT_REQUESTS]
 
 
 def test_a_pool_without_a_freshness_sample_has_no_window_and_unlabelled_series_are_ignored() -> (
