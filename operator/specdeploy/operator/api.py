@@ -109,6 +109,8 @@ class Fallback(StrEnum):
     decoding's at the served mix, confidently below 1 for several windows: the
     pool rolls to plain decoding with surge, one surged canary replica speculating;
     the canary's wins, or a timed probe where it cannot be scheduled, bring it back;
+    where R cannot tell the two apart, one surged plain reference replica serves beside
+    the speculating pool and the pods' own time per output token decides;
     ``status.pools[].floor`` says which state and why)."""
 
     VANILLA = "vanilla"
@@ -212,8 +214,9 @@ class SpeculationSpec(WireModel):
             "vanilla: a pool whose profile predicts speculation slower than plain decoding "
             "at every batch size it profiles, or whose live throughput stays confidently "
             "below plain decoding's at the batch sizes it serves, runs without speculation "
-            "(the live case with one canary replica speculating until its evidence wins); "
-            "none: speculate anyway."
+            "(the live case with one canary replica speculating until its evidence wins; "
+            "where the evidence cannot tell, one plain reference replica serves beside the "
+            "speculating pool to measure plain decoding side by side); none: speculate anyway."
         ),
     )
 

@@ -311,6 +311,7 @@ def test_an_undecided_r_brings_a_plain_reference_whose_a_b_finds_the_loss() -> N
     assert floor.undecided_since == at(0)
     ref = reference_deployment(p.decision)
     assert ref is not None and p.speculating()
+    assert any(e.reason == "PlainReference" for e in p.decision.events)
     assert ref["spec"]["replicas"] == 1
     assert ref["metadata"]["labels"]["specdeploy.io/plain-reference"] == "true"
     assert "--speculative-config" not in json.dumps(ref["spec"]["template"])
@@ -344,6 +345,7 @@ def test_a_plain_reference_that_finds_speculation_winning_ends_and_waits_before_
     assert floor is not None and floor.reference_since is None, floor
     assert floor.reference_ended_at == at(8) and floor.undecided_windows == 0
     assert reference_deployment(p.decision) is None and p.speculating()
+    assert any(e.reason == "PlainReferenceEnded" for e in p.decision.events)
     for minute in range(9, 20):  # undecided again, within the hold-off: no new reference
         p.window(minute, UNDECIDED)
     floor = p.floor()

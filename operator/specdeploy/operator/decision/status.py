@@ -216,7 +216,8 @@ def _condition_events(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> 
 def _live_events(
     old_pools: Mapping[str, Mapping[str, Any]], gpu: str, pool: Mapping[str, Any]
 ) -> list[EventSpec]:
-    """A pool's table re-derived from live telemetry, or its re-profiling begun."""
+    """A pool's table re-derived from live telemetry, its live floor's state or plain
+    reference changed, or its re-profiling begun."""
     live, before = pool.get("live") or {}, old_pools.get(gpu, {}).get("live") or {}
     events = []
     if live.get("schedule") and live.get("schedule") != before.get("schedule"):
@@ -234,6 +235,13 @@ def _live_events(
         events.append(
             EventSpec("Warning" if plain else "Normal", reason, f"pool {gpu}: {floor['reason']}")
         )
+    reference, had = floor.get("referenceSince"), was.get("referenceSince")
+    if reference and not had:
+        message = f"pool {gpu}: {floor.get('reason', '')}; one plain reference replica surged"
+        events.append(EventSpec("Normal", "PlainReference", message))
+    elif had and not reference and state != FloorState.PLAIN.value:
+        message = f"pool {gpu}: the plain reference ended: {floor.get('reason', '')}"
+        events.append(EventSpec("Normal", "PlainReferenceEnded", message))
     if live.get("costDrift") and not before.get("costDrift"):
         message = (
             f"pool {gpu}: live step times {live.get('costRatio')}x the profile's for "

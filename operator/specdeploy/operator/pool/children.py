@@ -34,6 +34,7 @@ from specdeploy.operator.pool.pools import Pool
 from specdeploy.operator.pool.scaling import PoolScale
 from specdeploy.operator.pool.table import ServedTable
 from specdeploy.runtime.contract import PoolTable
+from specdeploy.runtime.ranges import Range
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,33 @@ def _scaler(ctx: Context, pool: Pool, name: str) -> tuple[Manifest, ...]:
         )
         return (with_applied_hash(scaled),)
     return ()
+
+
+def _companion(
+    ctx: Context,
+    pool: Pool,
+    served: ServedTable,
+    configmap: str,
+    schedule: tuple[Range, ...] | None,
+    *,
+    canary: bool = False,
+    reference: bool = False,
+) -> Manifest:
+    """The live floor's one-replica Deployment beside the pool's own: the canary (speculating
+    with ``schedule`` while the pool is plain) or the plain reference (no schedule)."""
+    name = canary_deployment_name if canary else reference_deployment_name
+    companion = ServingPool(
+        name=name(ctx.parent.name, pool.gpu_type),
+        configmap=configmap,
+        gpu_type=pool.gpu_type,
+        gpus_per_replica=pool.gpus_per_replica,
+        replicas=1,
+        profile=served.profile_ref,
+        schedule=schedule,
+        canary=canary,
+        reference=reference,
+    )
+    return with_applied_hash(serving_deployment(ctx.parent, ctx.spec, companion))
 
 
 def pool_children(ctx: Context, pool: Pool, served: ServedTable, scale: PoolScale) -> PoolChildren:
@@ -95,30 +123,11 @@ def pool_children(ctx: Context, pool: Pool, served: ServedTable, scale: PoolScal
         with_applied_hash(budget),
     )
     if canary is not None:
-        speculating = ServingPool(
-            name=canary_deployment_name(parent.name, pool.gpu_type),
-            configmap=cm_name,
-            gpu_type=pool.gpu_type,
-            gpus_per_replica=pool.gpus_per_replica,
-            replicas=1,
-            profile=served.profile_ref,
-            schedule=served.canary_base if served.canary_base is not None else canary,
-            canary=True,
-        )
-        owned = (*owned, with_applied_hash(serving_deployment(parent, spec, speculating)))
+        canary_table = served.canary_base if served.canary_base is not None else canary
+        owned = (*owned, _companion(ctx, pool, served, cm_name, canary_table, canary=True))
     floor = served.floor
     if served.schedule is not None and floor is not None and floor.reference_since is not None:
-        plain = ServingPool(
-            name=reference_deployment_name(parent.name, pool.gpu_type),
-            configmap=cm_name,
-            gpu_type=pool.gpu_type,
-            gpus_per_replica=pool.gpus_per_replica,
-            replicas=1,
-            profile=served.profile_ref,
-            schedule=None,
-            reference=True,
-        )
-        owned = (*owned, with_applied_hash(serving_deployment(parent, spec, plain)))
+        owned = (*owned, _companion(ctx, pool, served, cm_name, None, reference=True))
     owned = (*owned, *_scaler(ctx, pool, serving.name))
     if spec.network_policy.enabled:
         fence = pool_network_policy(
