@@ -58,7 +58,8 @@ class PoolRow:
     state: str
     ready: str
     decoding: str
-    """``speculating`` | ``plain+canary`` (the live floor's state) | ``-`` (not judged yet)."""
+    """``speculating`` | ``spec+reference`` (a plain reference replica beside it) |
+    ``plain+canary`` (the live floor's state) | ``-`` (not judged yet)."""
     ratio: str
     """The live floor's last R with its 95% bounds (the canary's while plain)."""
     k: float | None
@@ -92,6 +93,8 @@ def floor_cells(floor: Mapping[str, Any]) -> tuple[str, str]:
     """The DECODING and R cells from a pool's ``status.pools[].floor``."""
     state = floor.get("state")
     decoding = {"plain": "plain+canary", "speculating": "speculating"}.get(str(state), "-")
+    if decoding == "speculating" and floor.get("referenceSince"):
+        decoding = "spec+reference"  # R undecided: a plain reference replica measures beside
     ratio, low, high = (floor.get(k) for k in ("ratio", "ratioLow", "ratioHigh"))
     if ratio is None:
         return decoding, "-"

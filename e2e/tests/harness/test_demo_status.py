@@ -58,6 +58,9 @@ def test_the_live_floors_state_and_r_show_which_pools_run_plain_decoding() -> No
     flipped = sdep(pool(H100, floor={"state": "speculating", "ratio": 0.95}))
     assert table.shape(table.pool_rows(judged_again, {})) == table.shape([plain])
     assert table.shape(table.pool_rows(flipped, {})) != table.shape([plain])
+    measuring = sdep(pool(H100, floor={"state": "speculating", "referenceSince": "2026-01-01"}))
+    (row,) = table.pool_rows(measuring, {})
+    assert row.decoding == "spec+reference"
 
 
 def test_a_deployment_without_pools_yet_still_shows_its_phase() -> None:
