@@ -346,10 +346,13 @@ def test_a_plain_reference_that_finds_speculation_winning_ends_and_waits_before_
     assert floor.reference_ended_at == at(8) and floor.undecided_windows == 0
     assert reference_deployment(p.decision) is None and p.speculating()
     assert any(e.reason == "PlainReferenceEnded" for e in p.decision.events)
-    for minute in range(9, 20):  # undecided again, within the hold-off: no new reference
+    for minute in range(9, 13):  # undecided again, within the hold-off: no new reference
         p.window(minute, UNDECIDED)
     floor = p.floor()
-    assert floor is not None and floor.reference_since is None and floor.undecided_windows == 11
+    assert floor is not None and floor.reference_since is None and floor.undecided_windows == 3
+    status = p.decision.status
+    p.window(13, UNDECIDED)
+    assert p.decision.status == status, "an undecided pool in the hold-off writes nothing"
 
 
 def test_a_plain_reference_that_never_reports_ends_after_its_hour() -> None:

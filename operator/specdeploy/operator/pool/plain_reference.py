@@ -126,7 +126,8 @@ def advance(
     reference, or too few windows yet)."""
     if before.reference_since is None:
         if undecided(ratio, settings.margin):
-            count = before.undecided_windows + 1
+            # held at the threshold: an undecided pool in the hold-off writes no status
+            count = min(before.undecided_windows + 1, settings.reference_after_windows)
             since = before.undecided_since or _window_start(now, window_s)
         else:
             count, since = 0, None
