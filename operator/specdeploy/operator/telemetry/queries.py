@@ -2,12 +2,15 @@
 
 One query per metric family for every due deployment at once (the same
 Prometheus and window): ``sum by (namespace, specdeploy_deployment,
-specdeploy_pool, ...)`` over the add-on's counters, so the number of queries
-does not grow with pools or deployments, only the answers do. The scrape
-labels are the contract with the PodMonitor (or the local cluster's file
-SD): ``namespace``, ``specdeploy_deployment`` (the pods'
+specdeploy_pool, ...)`` over the add-on's counters and a few of vLLM's own, so
+the number of queries does not grow with pools or deployments, only the answers
+do. The scrape labels are the contract with the PodMonitor (or the local
+cluster's file SD): ``namespace``, ``specdeploy_deployment`` (the pods'
 ``specdeploy.io/deployment`` label), ``specdeploy_pool`` (their
-``specdeploy.io/pool`` label, the sanitised GPU type).
+``specdeploy.io/pool`` label, the sanitised GPU type), and on the live floor's
+plain reference pod ``specdeploy_plain_reference`` (its
+``specdeploy.io/plain-reference`` label), which splits vLLM's time per output
+token between that pod and the pool's others.
 
 Counters are cumulative per pod; ``increase(...[window])`` gives each pod's
 count over the window (reset-safe) and the sum adds the pool's pods.
