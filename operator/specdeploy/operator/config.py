@@ -57,6 +57,10 @@ class FloorSettings:
     1 +- margin) before one plain reference replica is surged beside the pool
     (``pool.plain_reference``): R priced by a noisy profile can hide a loss of a
     few percent, which the pods' own latencies, side by side, do not."""
+    reference_after_seconds: float = 300.0
+    """The undecided windows must also span this long: R passes through the undecided
+    band while traffic shifts (on the local cluster's 10 s windows, three of them after a
+    shift to random text), and a reference for a transition holds a GPU for nothing."""
     reference_margin: float = 0.005
     """epsilon for the plain reference's A/B: its interval is the two kinds of pod's own
     clocks under the same traffic, so the margin asks only that a loss be worth acting on

@@ -300,15 +300,17 @@ def reference_deployment(decision: Decision) -> dict[str, Any] | None:
 
 def test_an_undecided_r_brings_a_plain_reference_whose_a_b_finds_the_loss() -> None:
     p = Pool()
-    for minute in (1, 2):
-        p.window(minute, UNDECIDED)
+    for minute in (1, 2, 3, 4):  # three windows, but not yet five minutes: a shift passing
+        p.window(minute / 2, UNDECIDED)
         floor = p.floor()
-        assert floor is not None and floor.undecided_windows == minute, floor
+        assert floor is not None and floor.undecided_windows == min(minute, 3), floor
         assert reference_deployment(p.decision) is None
     p.window(3, UNDECIDED)
+    assert reference_deployment(p.decision) is None, "undecided since minute 0, for 3 min"
+    p.window(5, UNDECIDED)
     floor = p.floor()
-    assert floor is not None and floor.reference_since == at(3), floor
-    assert floor.undecided_since == at(0)
+    assert floor is not None and floor.reference_since == at(5), floor
+    assert floor.undecided_since == at(-0.5)
     ref = reference_deployment(p.decision)
     assert ref is not None and p.speculating()
     assert any(e.reason == "PlainReference" for e in p.decision.events)
@@ -317,17 +319,17 @@ def test_an_undecided_r_brings_a_plain_reference_whose_a_b_finds_the_loss() -> N
     assert "--speculative-config" not in json.dumps(ref["spec"]["template"])
     # the A/B: speculation 2% slower, give or take 0.5%; five windows before it counts
     spread = (0.975, 0.985, 0.98, 0.976, 0.984)
-    for minute, ab in zip(range(4, 8), spread, strict=False):
+    for minute, ab in zip(range(6, 10), spread, strict=False):
         p.window(minute, UNDECIDED, ab=ab)
         floor = p.floor()
         assert floor is not None and floor.losing_windows == 0, (minute, floor)
-    p.window(8, UNDECIDED, ab=spread[4])
+    p.window(10, UNDECIDED, ab=spread[4])
     floor = p.floor()
     assert floor is not None and floor.state is FloorState.SPECULATING
     assert floor.losing_windows == 1 and floor.ratio_high is not None and floor.ratio_high < 0.995
-    assert floor.losing_since == at(0), "the regime's age counts from the undecided windows"
+    assert floor.losing_since == at(-0.5), "the regime's age counts from the undecided windows"
     assert "plain reference A/B" in floor.reason
-    for minute in (9, 10):
+    for minute in (11, 12):
         p.window(minute, UNDECIDED, ab=0.98)
     floor = p.floor()
     assert floor is not None and floor.state is FloorState.PLAIN, floor
@@ -337,32 +339,33 @@ def test_an_undecided_r_brings_a_plain_reference_whose_a_b_finds_the_loss() -> N
 
 def test_a_plain_reference_that_finds_speculation_winning_ends_and_waits_before_the_next() -> None:
     p = Pool()
-    for minute in (1, 2, 3):
+    for minute in (1, 3, 5):
         p.window(minute, UNDECIDED)
     for minute in range(4, 9):
-        p.window(minute, UNDECIDED, ab=1.04 + 0.002 * (minute % 2))
+        p.window(minute + 2, UNDECIDED, ab=1.04 + 0.002 * (minute % 2))
     floor = p.floor()
     assert floor is not None and floor.reference_since is None, floor
-    assert floor.reference_ended_at == at(8) and floor.undecided_windows == 0
+    assert floor.reference_ended_at == at(10) and floor.undecided_windows == 0
     assert reference_deployment(p.decision) is None and p.speculating()
     assert any(e.reason == "PlainReferenceEnded" for e in p.decision.events)
-    for minute in range(9, 13):  # undecided again, within the hold-off: no new reference
+    for minute in range(11, 20):  # undecided again, within the hold-off: no new reference
         p.window(minute, UNDECIDED)
     floor = p.floor()
     assert floor is not None and floor.reference_since is None and floor.undecided_windows == 3
     status = p.decision.status
-    p.window(13, UNDECIDED)
+    p.window(20, UNDECIDED)
     assert p.decision.status == status, "an undecided pool in the hold-off writes nothing"
 
 
 def test_a_plain_reference_that_never_reports_ends_after_its_hour() -> None:
     p = Pool()
-    for minute in (1, 2, 3):
+    for minute in (1, 3, 5):
         p.window(minute, UNDECIDED)
-    p.window(62, UNDECIDED)  # no A/B window at all: its pod never served (no spare GPU)
     assert reference_deployment(p.decision) is not None
-    p.window(63, UNDECIDED)
+    p.window(64, UNDECIDED)  # no A/B window at all: its pod never served (no spare GPU)
+    assert reference_deployment(p.decision) is not None
+    p.window(65, UNDECIDED)
     floor = p.floor()
     assert floor is not None and floor.reference_since is None
-    assert floor.reference_ended_at == at(63)
+    assert floor.reference_ended_at == at(65)
     assert reference_deployment(p.decision) is None

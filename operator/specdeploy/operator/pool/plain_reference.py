@@ -11,10 +11,11 @@ about 1.04 [0.97, 1.11] (``make bench-floor``'s served-256, MODELLED). No
 margin or pricing inside R sees through that; the pods' own clocks, side by
 side under the same traffic, do.
 
-How: after ``reference_after_windows`` undecided windows (R's interval across
-1 +- margin), the pool's children get one surged replica without
-``--speculative-config`` (``builders.common.REFERENCE_LABEL``), which the
-Service sends its share of the traffic. Each window in which both kinds of
+How: after ``reference_after_windows`` undecided windows in a row (R's
+interval across 1 +- margin) lasting ``reference_after_seconds`` (not a
+traffic shift passing through), the pool's children get one surged replica
+without ``--speculative-config`` (``builders.common.REFERENCE_LABEL``), which
+the Service sends its share of the traffic. Each window in which both kinds of
 pod finished ``reference_min_requests`` requests gives one ratio: the plain
 replica's mean time per output token over the speculating pods' (vLLM's
 ``request_time_per_output_token_seconds``, what a user waits per token; with
@@ -134,7 +135,10 @@ def advance(
         update: dict[str, object] = {"undecided_windows": count, "undecided_since": since}
         last = before.reference_ended_at
         held = last is not None and _seconds_between(last, now) < settings.reference_max_seconds
-        if count >= settings.reference_after_windows and not held:
+        lasted = (
+            since is not None and _seconds_between(since, now) >= settings.reference_after_seconds
+        )
+        if count >= settings.reference_after_windows and lasted and not held:
             update |= {"reference_since": now, "reference_ratios": ()}
         return before.model_copy(update=update), None
     ratios = before.reference_ratios
