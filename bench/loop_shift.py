@@ -79,8 +79,8 @@ def spec(interval: int) -> Obj:
 
 
 def operator_writes(log: Path, start: datetime, end: datetime) -> list[audit.Write]:
-    """The operator's writes in [start, end): its client, as its own ServiceAccount (the
-    harness runs it so since issue 15; this filter dropped every one of them until now)."""
+    """The operator's writes in [start, end): its client's, as the ServiceAccount the harness
+    runs it as (a filter on the client alone would count the profiler's Jobs too)."""
     return [w for w in audit.read_writes(log) if start <= w.at < end and audit.is_operator(w, USER)]
 
 
