@@ -355,20 +355,21 @@ class Operator:
 
     def speculating(self) -> bool:
         """Whether the pool's own Deployment runs with speculation configured."""
-        return "--speculative-config" in json.dumps(self._deployment(canary=False))
+        return "--speculative-config" in json.dumps(self._deployment(""))
 
     def canary(self) -> bool:
-        return self._deployment(canary=True) is not None
+        return self._deployment("-canary") is not None
 
     def reference(self) -> bool:
         """Whether the live floor asks for a plain reference replica beside the pool."""
-        return self._deployment(suffix="-reference") is not None
+        return self._deployment("-reference") is not None
 
-    def _deployment(self, *, canary: bool = False, suffix: str = "") -> dict[str, Any] | None:
-        wanted = suffix or ("-canary" if canary else "")
+    def _deployment(self, suffix: str) -> dict[str, Any] | None:
+        """The pod template of the Deployment named with ``suffix`` ("": the pool's own)."""
+        companions = ("-canary", "-reference")
         for m in self.decision.owned:
             name = m["metadata"]["name"]
-            mine = name.endswith(wanted) if wanted else not name.endswith(("-canary", "-reference"))
+            mine = name.endswith(suffix) if suffix else not name.endswith(companions)
             if m["kind"] == "Deployment" and mine:
                 return dict(m["spec"]["template"])
         return None
@@ -507,7 +508,8 @@ def run_pool(
             reference=reference_seconds / window_s,
         )
         operator.reconcile(hi, window)
-        pods.aim(operator.speculating(), operator.canary(), hi, operator.reference())
+        wants_canary, wants_reference = operator.canary(), operator.reference()
+        pods.aim(operator.speculating(), wants_canary, hi, wants_reference)
         floor = operator.floor()
         gpus = replicas + extra_seconds / window_s
         out.append(
@@ -520,8 +522,8 @@ def run_pool(
                 if plain
                 else math.nan,
                 speculating_replicas=spec_pod_seconds / window_s,
-                canary=operator.canary(),
-                reference=operator.reference(),
+                canary=wants_canary,
+                reference=wants_reference,
                 state=str(floor.get("state", "Speculating")),
                 ratio=floor.get("ratio"),
                 ratio_high=floor.get("ratioHigh"),

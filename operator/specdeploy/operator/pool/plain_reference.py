@@ -91,13 +91,17 @@ def ab_ratio(ratios: Sequence[float], sizes: tuple[int, ...], min_windows: int) 
     return LiveRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), sizes)
 
 
-def _seconds_between(earlier: str, later: str) -> float:
+def seconds_between(earlier: str | None, later: str) -> float:
+    """Seconds from one status timestamp to another (0 when ``earlier`` is unset)."""
+    if not earlier:
+        return 0.0
     return (
         datetime.datetime.fromisoformat(later) - datetime.datetime.fromisoformat(earlier)
     ).total_seconds()
 
 
-def _window_start(now: str, window_s: float) -> str:
+def window_start(now: str, window_s: float) -> str:
+    """The status timestamp at which the window ending ``now`` began."""
     began = datetime.datetime.fromisoformat(now) - datetime.timedelta(seconds=window_s)
     return began.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -129,14 +133,14 @@ def advance(
         if undecided(ratio, settings.margin):
             # held at the threshold: an undecided pool in the hold-off writes no status
             count = min(before.undecided_windows + 1, settings.reference_after_windows)
-            since = before.undecided_since or _window_start(now, window_s)
+            since = before.undecided_since or window_start(now, window_s)
         else:
             count, since = 0, None
         update: dict[str, object] = {"undecided_windows": count, "undecided_since": since}
         last = before.reference_ended_at
-        held = last is not None and _seconds_between(last, now) < settings.reference_max_seconds
+        held = last is not None and seconds_between(last, now) < settings.reference_max_seconds
         lasted = (
-            since is not None and _seconds_between(since, now) >= settings.reference_after_seconds
+            since is not None and seconds_between(since, now) >= settings.reference_after_seconds
         )
         if count >= settings.reference_after_windows and lasted and not held:
             update |= {"reference_since": now, "reference_ratios": ()}
@@ -148,7 +152,7 @@ def advance(
     ab = ab_ratio(ratios, ratio.sizes, settings.reference_min_windows)
     losing = ab is not None and ab.high < 1.0 - settings.reference_margin
     won = ab is not None and ab.low > 1.0 + settings.reference_margin
-    expired = _seconds_between(before.reference_since, now) >= settings.reference_max_seconds
+    expired = seconds_between(before.reference_since, now) >= settings.reference_max_seconds
     if won or (expired and not losing):
         return ended(before, now), ab
     return before.model_copy(update={"reference_ratios": ratios}), ab
