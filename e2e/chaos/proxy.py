@@ -69,6 +69,8 @@ HOP_BY_HOP = frozenset(
 WRITE_METHODS = "POST|PUT|PATCH|DELETE"
 HISTORY = 2000
 """Requests remembered for inspection (a bounded log: the proxy may run for an hour)."""
+SHUTDOWN_S = 2.0
+"""How long ``stop`` lets handlers still running finish before they are cancelled."""
 
 
 class Action(enum.StrEnum):
@@ -290,7 +292,11 @@ class FaultProxy:
         serving.load_cert_chain(str(self._cert[0]), str(self._cert[1]))
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # shutdown_timeout: a watch relayed when the lab closes waits on its upstream, which
+        # only the API server ends; aiohttp's default (60 s) outlasted stop()'s join (15 s).
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=serving)
         await site.start()
@@ -299,6 +305,7 @@ class FaultProxy:
         self.port = server.sockets[0].getsockname()[1]
 
     async def _close(self) -> None:
+        await self._drop_all()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:

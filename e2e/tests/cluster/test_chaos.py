@@ -2,11 +2,12 @@
 
 Every scenario of ``e2e.chaos.scenarios.matrix()`` is a case here. The root
 conftest.py's tier table (``tests/tiers.py``) keeps one in ``make test``
-(C2-apiserver: the API server killed and restarted) and sends the rest to
-``make nightly``, C1b-n2 (the operator SIGKILLed between two writes of the
-reconcile that serves a landed profile) among them: per change, an operator
-killed with SIGKILL is the leader-election test's (the standby takes over and
-converges); ``make chaos`` runs the matrix with the full 120 s
+(C1a-n5: the operator SIGKILLed right after it created the profiling Job,
+before the status write that records it) and sends the rest to ``make
+nightly``, the API server's outages (C2-*) among them: per change, the
+operator's exit on a lost lease is ``tests/unit/operator/test_operator_leader``'s,
+and a restart's re-list is C1a-n5's own and the leader-election takeover's;
+``make chaos`` runs the matrix with the full 120 s
 steady-state window and records it. The operator runs behind the fault proxy
 under its own ServiceAccount and the ClusterRole it generates. The
 steady-state window (I5) is ``STEADY_S``, shorter than the recorded matrix's

@@ -157,4 +157,4 @@ def test_a_deleted_pod_gets_sigterm_after_its_prestop_sleep_not_before(tmp_path:
         assert run.processes["vllm"].returncode == -signal.SIGTERM
         assert time.monotonic() - started >= standin_mod.PRE_STOP_CAP_SECONDS
     finally:
-        standin_mod._kill(run)
+        standin_mod._kill([run])

@@ -48,18 +48,19 @@ def test_every_tier_row_names_a_module_and_a_test_in_it(row: str) -> None:
 def test_the_longest_row_decides_a_tests_tier() -> None:
     chaos = tiers.CHAOS
     assert tiers.tier_of(f"{chaos}[C4]") == tiers.NIGHTLY
-    assert tiers.tier_of(f"{chaos}[C2-apiserver]") == tiers.PER_CHANGE
-    assert tiers.tier_of(f"{chaos}[C2-apiserver-60s]") == tiers.NIGHTLY  # not a prefix of an id
+    assert tiers.tier_of(f"{chaos}[C1a-n5]") == tiers.PER_CHANGE
+    assert tiers.tier_of(f"{chaos}[C1a-n5x]") == tiers.NIGHTLY  # a row is no prefix of a longer id
     assert tiers.tier_of("tests/model/test_drafts_vllm.py::test_x") == tiers.NIGHTLY
     assert tiers.tier_of("tests/model/test_drafts_vllm.pyc::test_x") == tiers.PER_CHANGE
     assert tiers.tier_of("tests/unit/repo/test_tooling.py::test_x") == tiers.PER_CHANGE
 
 
 def test_the_per_change_tier_keeps_the_must_stay_chaos_scenarios() -> None:
-    """The API server's restart stays; an operator SIGKILL is the leader-election test's."""
+    """A SIGKILL between two writes stays, through the oracle; the leader-election test's
+    kill (a standby takes over) stays beside it."""
     ids = {s.id for s in matrix()}
     kept = {i for i in ids if tiers.tier_of(f"{tiers.CHAOS}[{i}]") == tiers.PER_CHANGE}
-    assert kept == {"C2-apiserver"}
+    assert kept == {"C1a-n5"}
     leader = ROOT / "e2e/tests/cluster/test_cluster_leader_election.py"
     takeover = "test_of_two_replicas_only_the_leader_writes_and_the_standby_takes_over_after_a_kill"
     assert takeover in functions_in(leader)
