@@ -65,22 +65,12 @@ TIER_BY_NODEID: dict[str, tuple[str, str]] = {
         "the freeze and the PrometheusUnreachable condition are decided in "
         "tests/unit/operator/telemetry/test_telemetry_tables.py; the real process here",
     ),
-    "e2e/tests/cluster/test_operator_lifecycle.py::"
-    "test_an_operator_restart_during_profiling_duplicates_nothing": (
-        NIGHTLY,
-        "the second proof: chaos C1a-n5 (per change) kills the operator with SIGKILL right "
-        "after the Job's create, and I1-I7 check the same Job is kept and nothing duplicated",
-    ),
     CHAOS: (
         NIGHTLY,
-        "the full chaos matrix (C1b-n2 and then C2-apiserver went nightly to keep the tier "
-        "in budget: the API server's outage is the operator's lost lease, exit and re-list, "
-        "which test_operator_leader, C1a-n5 and the leader-election takeover show)",
-    ),
-    f"{CHAOS}[C1a-n5]": (
-        PER_CHANGE,
-        "the operator SIGKILLed right after it created the profiling Job, before the status "
-        "that records it: the one crash between two writes per change, judged by I1-I7",
+        "the chaos matrix, judged by I1-I7 (make chaos records it): per change, a SIGKILLed "
+        "operator is the leader-election takeover's, a restart mid-profiling that duplicates "
+        "no Job the lifecycle test's, and the oracle's checks e2e/tests/harness/"
+        "test_chaos_pure's; C1b-n2, then C2-apiserver left the tier to keep it in budget",
     ),
 }
 

@@ -1,12 +1,11 @@
 """The chaos matrix (review §5.3): faults on the local control plane, judged by I1-I7.
 
-Every scenario of ``e2e.chaos.scenarios.matrix()`` is a case here. The root
-conftest.py's tier table (``tests/tiers.py``) keeps one in ``make test``
-(C1a-n5: the operator SIGKILLed right after it created the profiling Job,
-before the status write that records it) and sends the rest to ``make
-nightly``, the API server's outages (C2-*) among them: per change, the
-operator's exit on a lost lease is ``tests/unit/operator/test_operator_leader``'s,
-and a restart's re-list is C1a-n5's own and the leader-election takeover's;
+Every scenario of ``e2e.chaos.scenarios.matrix()`` is a case here, all of
+them in ``make nightly`` (the root conftest.py's tier table, ``tests/tiers.py``,
+says why): per change, an operator killed with SIGKILL is the leader-election
+test's (the standby takes over and converges), a restart mid-profiling that
+duplicates no Job is the lifecycle test's, and the oracle's checks are
+``e2e/tests/harness/test_chaos_pure.py``'s;
 ``make chaos`` runs the matrix with the full 120 s
 steady-state window and records it. The operator runs behind the fault proxy
 under its own ServiceAccount and the ClusterRole it generates. The
