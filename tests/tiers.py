@@ -69,8 +69,9 @@ TIER_BY_NODEID: dict[str, tuple[str, str]] = {
         NIGHTLY,
         "the chaos matrix, judged by I1-I7 (make chaos records it): per change, a SIGKILLed "
         "operator is the leader-election takeover's, a restart mid-profiling that duplicates "
-        "no Job the lifecycle test's, and the oracle's checks e2e/tests/harness/"
-        "test_chaos_pure's; C1b-n2, then C2-apiserver left the tier to keep it in budget",
+        "no Job the lifecycle test's, the exit on a Lease lost while the API server is down "
+        "tests/unit/operator/test_operator_leader's, and the oracle's checks e2e/tests/"
+        "harness/test_chaos_pure's; C1b-n2, then C2-apiserver left the tier for its budget",
     ),
 }
 
