@@ -5,9 +5,8 @@ them in ``make nightly`` (the root conftest.py's tier table, ``tests/tiers.py``,
 says why): per change, an operator killed with SIGKILL is the leader-election
 test's (the standby takes over and converges), a restart mid-profiling that
 duplicates no Job is the lifecycle test's, and the oracle's checks are
-``e2e/tests/harness/test_chaos_pure.py``'s;
-``make chaos`` runs the matrix with the full 120 s
-steady-state window and records it. The operator runs behind the fault proxy
+``e2e/tests/harness/test_chaos_pure.py``'s. ``make chaos`` runs the matrix
+with the full 120 s steady-state window and records it. The operator runs behind the fault proxy
 under its own ServiceAccount and the ClusterRole it generates. The
 steady-state window (I5) is ``STEADY_S``, shorter than the recorded matrix's
 to keep a tier within its minutes. A failing scenario fails here with the
