@@ -178,6 +178,7 @@ def _scenario(running: cluster.Cluster, api: KubeApi, interval: int, intervals: 
     phases.append(phase(audit_log, "steady random", start, now(), interval))
     random_summary = load_summary(rand, out / "random.json", timeout=60 * interval)
     after = tables(api, NAMESPACE)
+    pods_after, templates_after = serving_pods(api, NAMESPACE), templates(api, NAMESPACE)
     return {
         "kind": "specdeploy-loop-shift",
         "measured": "API writes (audit log), times, restarts on this machine",
@@ -187,15 +188,11 @@ def _scenario(running: cluster.Cluster, api: KubeApi, interval: int, intervals: 
         "readySeconds": ready_s,
         "shiftToTablesInForceSeconds": shift_s,
         "shiftToTablesInForceIntervals": round(shift_s / interval, 2),
-        "podRestarts": sum(
-            1 for uid, pid in pods.items() if serving_pods(api, NAMESPACE).get(uid) != pid
-        ),
+        "podRestarts": sum(1 for uid, pid in pods.items() if pods_after.get(uid) != pid),
         "podTemplateChanged": sorted(
-            name
-            for name, digest in templates(api, NAMESPACE).items()
-            if template.get(name, digest) != digest
+            name for name, digest in templates_after.items() if template.get(name, digest) != digest
         ),
-        "deploymentsAdded": sorted(set(templates(api, NAMESPACE)) - set(template)),
+        "deploymentsAdded": sorted(set(templates_after) - set(template)),
         "answers": answers,
         "meanKBefore": {n: round(mean_k(t), 2) for n, t in before.items()},
         "meanKAfter": {n: round(mean_k(t), 2) for n, t in after.items()},

@@ -19,9 +19,28 @@ Clock = Callable[[], str]
 """The wall clock a reconcile records in status (RFC 3339); injected so tests fix it."""
 
 
+STATUS_TIME = "%Y-%m-%dT%H:%M:%SZ"
+"""RFC 3339 at second precision, as Kubernetes writes times (and status records them)."""
+
+
 def utc_now() -> str:
-    """RFC 3339 at second precision, as Kubernetes writes times."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The wall clock as a status timestamp (``STATUS_TIME``)."""
+    return datetime.datetime.now(datetime.UTC).strftime(STATUS_TIME)
+
+
+def seconds_between(earlier: str | None, later: str) -> float:
+    """Seconds from one status timestamp to another (0 when ``earlier`` is unset)."""
+    if not earlier:
+        return 0.0
+    return (
+        datetime.datetime.fromisoformat(later) - datetime.datetime.fromisoformat(earlier)
+    ).total_seconds()
+
+
+def window_start(now: str, window_s: float) -> str:
+    """The status timestamp at which the window ending ``now`` began."""
+    began = datetime.datetime.fromisoformat(now) - datetime.timedelta(seconds=window_s)
+    return began.strftime(STATUS_TIME)
 
 
 @dataclass(frozen=True)
@@ -91,4 +110,14 @@ class Config:
 
 DEFAULT_CONFIG = Config()
 
-__all__ = ["DEFAULT_CONFIG", "DEFAULT_FLOOR", "Clock", "Config", "FloorSettings", "utc_now"]
+__all__ = [
+    "DEFAULT_CONFIG",
+    "DEFAULT_FLOOR",
+    "STATUS_TIME",
+    "Clock",
+    "Config",
+    "FloorSettings",
+    "seconds_between",
+    "utc_now",
+    "window_start",
+]

@@ -47,7 +47,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specdeploy.operator.api import Fallback, FloorState, PoolFloor
-from specdeploy.operator.config import FloorSettings
+from specdeploy.operator.config import FloorSettings, seconds_between, window_start
 from specdeploy.operator.naming import label_value
 from specdeploy.operator.pool import plain_reference
 from specdeploy.operator.pool.context import Context
@@ -73,7 +73,7 @@ def read_floor(raw: Mapping[str, Any] | None) -> PoolFloor | None:
 
 def _recent(flips: tuple[str, ...], now: str) -> tuple[str, ...]:
     """The flips of the last hour: the budget's window."""
-    return tuple(t for t in flips if plain_reference.seconds_between(t, now) < HOUR_S)
+    return tuple(t for t in flips if seconds_between(t, now) < HOUR_S)
 
 
 def break_even_seconds(settings: FloorSettings, ratio: LiveRatio) -> float:
@@ -156,7 +156,7 @@ def _while_plain(ctx: Context, served: ServedTable, before: PoolFloor) -> Served
             else (_plain(served, after))
         )
     flips = _recent(before.flips, now)
-    dwell = plain_reference.seconds_between(before.canary_at or before.since, now)
+    dwell = seconds_between(before.canary_at or before.since, now)
     if dwell < settings.probe_after_seconds:
         kept = before if flips == before.flips else before.model_copy(update={"flips": flips})
         return _plain(served, kept)
@@ -196,7 +196,7 @@ def _judged(
     streak = before.losing_windows + 1 if losing else 0
     started = before.losing_since if losing and before.losing_since else None
     if losing and started is None:
-        started = plain_reference.window_start(now, window_s)
+        started = window_start(now, window_s)
         if ab is not None and before.undecided_since is not None:
             # The A/B pools the windows since R went undecided: the same traffic all along,
             # so the regime's age (what the break-even is judged on) counts from there.
@@ -220,7 +220,7 @@ def _judged(
         elif before.undecided_windows:
             held += f"; undecided for {before.undecided_windows} windows"
         return before.model_copy(update={**fields, "reason": held})
-    age = plain_reference.seconds_between(started, now)
+    age = seconds_between(started, now)
     needed = break_even_seconds(settings, ratio)
     if streak < settings.losing_windows:
         reason = f"{shown}, losing for {streak}/{settings.losing_windows} windows"
@@ -254,7 +254,7 @@ def _moved(before: PoolFloor, after: PoolFloor, refresh_s: float = 0.0) -> bool:
     if before.canary_at != after.canary_at and (
         before.canary_at is None
         or after.canary_at is None
-        or plain_reference.seconds_between(before.canary_at, after.canary_at) >= refresh_s
+        or seconds_between(before.canary_at, after.canary_at) >= refresh_s
     ):
         return True
     for a, b in ((before.ratio, after.ratio), (before.ratio_high, after.ratio_high)):

@@ -32,12 +32,11 @@ the next one waits as long again.
 
 from __future__ import annotations
 
-import datetime
 import math
 from collections.abc import Sequence
 
 from specdeploy.operator.api import PoolFloor
-from specdeploy.operator.config import FloorSettings
+from specdeploy.operator.config import FloorSettings, seconds_between, window_start
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.floor import LiveRatio
 
@@ -89,21 +88,6 @@ def ab_ratio(ratios: Sequence[float], sizes: tuple[int, ...], min_windows: int) 
     sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
     half = t_quantile(n - 1) * sd / math.sqrt(n)
     return LiveRatio(math.exp(mean), math.exp(mean - half), math.exp(mean + half), sizes)
-
-
-def seconds_between(earlier: str | None, later: str) -> float:
-    """Seconds from one status timestamp to another (0 when ``earlier`` is unset)."""
-    if not earlier:
-        return 0.0
-    return (
-        datetime.datetime.fromisoformat(later) - datetime.datetime.fromisoformat(earlier)
-    ).total_seconds()
-
-
-def window_start(now: str, window_s: float) -> str:
-    """The status timestamp at which the window ending ``now`` began."""
-    began = datetime.datetime.fromisoformat(now) - datetime.timedelta(seconds=window_s)
-    return began.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ended(before: PoolFloor, now: str) -> PoolFloor:
