@@ -39,8 +39,9 @@ from typing import Any
 
 import yaml
 
-from bench.addon_step_cost import DEFAULT_PROFILE, T975
+from bench.addon_step_cost import DEFAULT_PROFILE
 from bench.vllm_server import bench_client, get, parse, server, write_prompts
+from specdeploy.runtime.intervals import t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("table", "adaptive")
@@ -63,7 +64,7 @@ def paired(ratios: list[float]) -> dict[str, float]:
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return {"mean": math.exp(mean), "low": math.nan, "high": math.nan, "n": len(logs)}
-    half = T975.get(len(logs) - 1, 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = t_quantile(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return {
         "mean": math.exp(mean),
         "low": math.exp(mean - half),

@@ -48,12 +48,10 @@ import yaml
 
 from bench.vllm_server import Samples, bench_client, get, parse, server, write_prompts
 from specdeploy.runtime.contract import bucket_label
+from specdeploy.runtime.intervals import t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "profiles" / "smollm2-135m-ngram-cpu.yaml"
-T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
-"""Two-sided 95% t quantiles by degrees of freedom (1.96 beyond)."""
-
 
 PARTS = ("schedule", "read", "account")
 Totals = dict[str, tuple[float, ...]]
@@ -91,7 +89,7 @@ def interval(values: list[float]) -> tuple[float, float]:
     """Mean and 95% t half-width."""
     if len(values) < 2:
         return (values[0] if values else math.nan), math.inf
-    t = T975.get(len(values) - 1, 1.96)
+    t = t_quantile(len(values) - 1)
     return statistics.fmean(values), t * statistics.stdev(values) / math.sqrt(len(values))
 
 

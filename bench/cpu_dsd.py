@@ -82,7 +82,6 @@ if __package__ in (None, ""):  # run as a script: bench.* from the checkout's ro
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.addon_policy_ab import paired, verdict
-from bench.addon_step_cost import T975
 from bench.step_trace import FACTORY, TRACE_ENV, StepTrace, read_trace
 from bench.vllm_server import (
     addon_environment,
@@ -95,6 +94,7 @@ from bench.vllm_server import (
     speculative_config,
     write_prompts,
 )
+from specdeploy.runtime.intervals import t_quantile
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PROFILE = ROOT / "profiles" / "smollm2-135m-ngram-cpu.yaml"
@@ -151,7 +151,7 @@ def interval(values: Sequence[float]) -> dict[str, float]:
         return {"mean": math.nan, "half": math.nan, "n": 0}
     if len(vals) < 2:
         return {"mean": vals[0], "half": math.inf, "n": 1}
-    half = T975.get(len(vals) - 1, 1.96) * statistics.stdev(vals) / math.sqrt(len(vals))
+    half = t_quantile(len(vals) - 1) * statistics.stdev(vals) / math.sqrt(len(vals))
     return {"mean": statistics.fmean(vals), "half": half, "n": len(vals)}
 
 

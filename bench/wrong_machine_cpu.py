@@ -75,6 +75,17 @@ ISA_CAP_PATH = Path(__file__).resolve().parent / "isa_cap"
 TARGET = 0.99
 
 
+def per_level(value: str, levels: int) -> list[int]:
+    """A comma-separated option read as one integer per concurrency level: one value
+    serves every level; otherwise there must be one per level."""
+    values = [int(x) for x in value.split(",") if x.strip()]
+    if len(values) == 1:
+        return values * levels
+    if len(values) != levels:
+        raise ValueError(f"{len(values)} values for {levels} concurrency levels")
+    return values
+
+
 def rotated(names: list[str], round_: int) -> list[str]:
     """The servers' order in a round: rotated by one each round (each runs first in turn),
     reversed in every other cycle of rounds."""
@@ -95,12 +106,24 @@ def run_level(
     runs = run_rounds(
         servers, model, prompts, concurrency, args, lambda repeat: rotated(names, repeat)
     )
-    return {"concurrency": concurrency, "runs": runs, "ratios": ratios(runs)}
+    return {
+        "concurrency": concurrency,
+        "repeats": args.repeats,
+        "requests_per_stream": args.requests_per_stream,
+        "runs": runs,
+        "ratios": ratios(runs),
+        "best_on_mean": best_on_mean(runs),
+    }
+
+
+def throughputs(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """Each server's output tokens per second (vLLM's client), by round."""
+    return {name: [r["client"]["output_throughput"] for r in rs] for name, rs in runs.items()}
 
 
 def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
     """adaptive over each other server, and over the best of them, paired by round."""
-    tps = {name: [r["client"]["output_throughput"] for r in rs] for name, rs in runs.items()}
+    tps = throughputs(runs)
     others = [name for name in tps if name != "adaptive"]
     mine = tps["adaptive"]
     out = {
@@ -112,6 +135,20 @@ def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]
     return out
 
 
+def best_on_mean(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The other server with the highest mean throughput over the rounds.
+
+    The target is max(plain, best fixed K) over the servers' true speeds. The
+    best of each round is a max over noisy runs: where servers tie it sits
+    above every true mean (two tied servers with 2% noise per run put it
+    about 1.1% high), so a ratio over it is biased low. The server that is
+    best on its mean carries a far smaller bias of the same sign (its mean's
+    noise shrinks with the rounds), and the ratio over it stays paired.
+    """
+    tps = throughputs(runs)
+    return max((name for name in tps if name != "adaptive"), key=lambda x: statistics.fmean(tps[x]))
+
+
 def markdown(result: dict[str, Any]) -> str:
     names = result["servers"]
     lines = [
@@ -121,37 +158,45 @@ def markdown(result: dict[str, Any]) -> str:
         f"({result['isa_env'] or 'as the machine is'}); profile {result['profile']} (measured "
         f"on {result['profiled_on']}), table {result['schedule']}, add-on K allowed "
         f"{result['allowed_k']}; vLLM's benchmark client, MT-Bench prompts "
-        f"({result['prompts']}), {result['max_tokens']} output tokens per request, "
-        f"{result['requests_per_stream']} requests per concurrent stream; {result['repeats']} "
-        "rounds per concurrency after one warm-up run per server, the order rotated each "
-        f"round. Wall time {result['wall_s'] / 60:.0f} min; load average (1, 5, 15 min) "
-        f"at the start {result['load_average_start']}, at the end {result['load_average_end']}.",
+        f"({result['prompts']}), {result['max_tokens']} output tokens per request; at each "
+        "concurrency one warm-up run per server, then rounds of one run per server, the order "
+        f"rotated each round. Wall time {result['wall_s'] / 60:.0f} min; load average (1, 5, "
+        f"15 min) at the start {result['load_average_start']}, at the end "
+        f"{result['load_average_end']}.",
         "",
-        "| concurrency | " + " | ".join(f"{x} tok/s" for x in names)
-        + " | adaptive / best (95% CI) | verdict (>= 0.99) | add-on steps at the first "
-        "measured run | add-on K steps |",
-        "|---" * (len(names) + 5) + "|",
+        "The verdict pairs the add-on with the other server that is best on its mean over the "
+        "rounds (max(plain, best fixed K)); the best of each round is shown too, biased low "
+        "where servers tie (a max over noisy runs).",
+        "",
+        "| concurrency | rounds x requests per stream | " + " | ".join(f"{x} tok/s" for x in names)
+        + " | best on its mean | adaptive / it (95% CI) | verdict (>= 0.99) | adaptive / best "
+        "of each round | add-on steps at the first measured run | add-on K steps |",
+        "|---" * (len(names) + 8) + "|",
     ]  # fmt: skip
     for level in result["levels"]:
         cells = []
         for name in names:
             tps = [r["client"]["output_throughput"] for r in level["runs"][name]]
             cells.append(f"{statistics.fmean(tps):.1f} ({min(tps):.1f}-{max(tps):.1f})")
+        leader = level["best_on_mean"]
+        vs = level["ratios"][f"adaptive/{leader}"]
         best = level["ratios"]["adaptive/best"]
         first = level["runs"]["adaptive"][0]["addon_steps_before"]
         lines.append(
-            f"| {level['concurrency']} | " + " | ".join(cells)
-            + f" | {best['mean']:.3f} [{best['low']:.3f}, {best['high']:.3f}] | "
-            f"{verdict(best, TARGET)} | {first:.0f} | {k_shares(level['runs']['adaptive'])} |"
+            f"| {level['concurrency']} | {level['repeats']} x {level['requests_per_stream']} | "
+            + " | ".join(cells)
+            + f" | {leader} | {interval_text(vs)} | {verdict(vs, TARGET)} | "
+            f"{interval_text(best)} | {first:.0f} | {k_shares(level['runs']['adaptive'])} |"
         )  # fmt: skip
     lines += ["", "Paired ratios per concurrency (geometric mean [95% CI] over rounds):", ""]
     for level in result["levels"]:
-        parts = [
-            f"{name} {p['mean']:.3f} [{p['low']:.3f}, {p['high']:.3f}]"
-            for name, p in level["ratios"].items()
-        ]
+        parts = [f"{name} {interval_text(p)}" for name, p in level["ratios"].items()]
         lines.append(f"- concurrency {level['concurrency']}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
+
+
+def interval_text(p: dict[str, float]) -> str:
+    return f"{p['mean']:.3f} [{p['low']:.3f}, {p['high']:.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,17 +205,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--isa", choices=sorted(ISA_ENV), default="avx2")
     p.add_argument("--fixed-k", default="1,2,3", help="the fixed K servers (comma-separated)")
     p.add_argument("--concurrency", default="1,4,16")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--requests-per-stream", type=int, default=4)
+    p.add_argument(
+        "--repeats", default="3", help="rounds per concurrency: one value, or one per level"
+    )
+    p.add_argument(
+        "--requests-per-stream",
+        default="4",
+        help="requests per concurrent stream in a run: one value, or one per level",
+    )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--prompts", type=int, default=80, help="MT-Bench conversations")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--name", default="wrong_machine_cpu", help="output file stem")
     p.add_argument("--logs", type=Path, help="keep the servers' logs in this folder")
     args = p.parse_args(argv)
-    if args.repeats < 2:
-        p.error("--repeats: at least 2 (an interval needs two)")
     levels = [int(c) for c in args.concurrency.split(",")]
+    try:
+        repeats = per_level(args.repeats, len(levels))
+        requests = per_level(args.requests_per_stream, len(levels))
+    except ValueError as e:
+        p.error(f"--repeats / --requests-per-stream: {e}")
+    if min(repeats) < 2:
+        p.error("--repeats: at least 2 (an interval needs two)")
+    if min(requests) < 1:
+        p.error("--requests-per-stream: at least 1")
     fixed = [int(k) for k in args.fixed_k.split(",") if k]
     profile = yaml.safe_load(args.profile.read_text())
     spec = profile["spec"]
@@ -211,7 +269,16 @@ def main(argv: list[str] | None = None) -> int:
                 server(model, profile, policy, folder / name, log, allowed, False, **config)
             )
             print(f"{name}: up in {servers[name]['start_s']} s", file=sys.stderr, flush=True)
-        results = [run_level(servers, model, prompts, c, args) for c in levels]
+        results = [
+            run_level(
+                servers,
+                model,
+                prompts,
+                c,
+                argparse.Namespace(**vars(args) | {"repeats": r, "requests_per_stream": q}),
+            )
+            for c, r, q in zip(levels, repeats, requests, strict=True)
+        ]
     result = {
         "measured": True,
         "vllm": vllm.__version__,

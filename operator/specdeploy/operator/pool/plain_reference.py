@@ -39,24 +39,10 @@ from specdeploy.operator.api import PoolFloor
 from specdeploy.operator.config import FloorSettings, seconds_between, window_start
 from specdeploy.operator.telemetry.window import PoolWindow
 from specdeploy.runtime.floor import LiveRatio
+from specdeploy.runtime.intervals import t_quantile
 
 KEPT_WINDOWS = 120
 """The A/B windows status keeps (the newest): two hours of one-minute windows."""
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-"""Student's t, two-sided 95%, for 1..30 degrees of freedom."""
-
-
-def t_quantile(dof: int) -> float:
-    """Student's t two-sided 95% quantile (beyond 30 degrees of freedom, within 0.2%)."""
-    if dof < 1:
-        return math.inf
-    if dof <= len(_T975):
-        return _T975[dof - 1]
-    return 1.96 + 2.4 / dof
 
 
 def undecided(ratio: LiveRatio, margin: float) -> bool:
@@ -147,7 +133,6 @@ __all__ = [
     "ab_ratio",
     "advance",
     "ended",
-    "t_quantile",
     "undecided",
     "window_ratio",
 ]

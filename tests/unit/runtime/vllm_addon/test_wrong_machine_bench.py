@@ -36,3 +36,41 @@ def test_the_verdict_needs_the_whole_interval_on_one_side_of_the_target() -> Non
     assert verdict({"mean": 1.0, "low": 0.991, "high": 1.01}, target) == "met"
     assert verdict({"mean": 0.95, "low": 0.93, "high": 0.98}, target) == "missed"
     assert verdict({"mean": 1.0, "low": 0.9, "high": 1.1}, target) == "not resolved"
+
+
+def test_the_verdict_server_is_the_best_on_its_mean_not_the_best_of_each_round() -> None:
+    # plain and fixed:1 tie in truth; their noise makes each round's max beat both
+    measured = runs(
+        plain=[100.0, 96.0, 101.0, 97.0], **{"fixed:1": [96.0, 100.0, 97.0, 101.5]},
+        adaptive=[99.0, 99.0, 99.0, 99.0],
+    )  # fmt: skip
+    assert bench.best_on_mean(measured) == "fixed:1"
+    ratios = bench.ratios(measured)
+    assert ratios["adaptive/best"]["mean"] < ratios["adaptive/fixed:1"]["mean"]
+
+
+def test_a_per_level_option_takes_one_value_for_all_levels_or_one_each() -> None:
+    assert bench.per_level("30", 3) == [30, 30, 30]
+    assert bench.per_level("30,24,10", 3) == [30, 24, 10]
+    with pytest.raises(ValueError, match="2 values for 3"):
+        bench.per_level("30,24", 3)
+
+
+def test_the_record_names_the_verdict_server_and_each_level_s_rounds() -> None:
+    measured = runs(plain=[100.0, 98.0], adaptive=[99.5, 99.0])
+    for name, rounds in measured.items():
+        for r in rounds:
+            r["addon_steps_before"] = 10.0
+            r["steps_by_k"] = {"0": 64.0} if name == "adaptive" else {}
+    level = {
+        "concurrency": 1, "repeats": 2, "requests_per_stream": 2, "runs": measured,
+        "ratios": bench.ratios(measured), "best_on_mean": bench.best_on_mean(measured),
+    }  # fmt: skip
+    result = {
+        "servers": ["plain", "adaptive"], "vllm": "0.32.0", "machine": "CPU-x", "isa": "avx2",
+        "isa_env": "", "profile": "p.yaml", "profiled_on": "CPU-y", "schedule": [[1, 16, 3]],
+        "allowed_k": "0,1", "prompts": 8, "max_tokens": 64, "wall_s": 60.0,
+        "load_average_start": [0.1], "load_average_end": [0.2], "levels": [level],
+    }  # fmt: skip
+    row = next(line for line in bench.markdown(result).splitlines() if line.startswith("| 1 |"))
+    assert "| 2 x 2 |" in row and "| plain |" in row
