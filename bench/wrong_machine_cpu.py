@@ -41,6 +41,7 @@ Writes ``bench/results/wrong_machine_cpu.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -106,14 +107,14 @@ def run_level(
     runs = run_rounds(
         servers, model, prompts, concurrency, args, lambda repeat: rotated(names, repeat)
     )
-    return {
-        "concurrency": concurrency,
-        "repeats": args.repeats,
-        "requests_per_stream": args.requests_per_stream,
-        "runs": runs,
-        "ratios": ratios(runs),
-        "best_on_mean": best_on_mean(runs),
-    }
+    return judged(
+        {
+            "concurrency": concurrency,
+            "repeats": args.repeats,
+            "requests_per_stream": args.requests_per_stream,
+            "runs": runs,
+        }
+    )
 
 
 def throughputs(runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
@@ -133,6 +134,31 @@ def ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]
     best = [max(values) for values in zip(*(tps[name] for name in others), strict=True)]
     out["adaptive/best"] = paired([a / b for a, b in zip(mine, best, strict=True)])
     return out
+
+
+def decode_ratios(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """The add-on's decode speed over each other server's, paired by round: their mean time
+    per output token (vLLM's client: each request's time after its first token) over the
+    add-on's. The K choice acts on decoding alone; this leaves out each run's prefill and
+    its first and last seconds, which output tokens per second counts."""
+    tpot = {name: [r["client"]["mean_tpot_ms"] for r in rs] for name, rs in runs.items()}
+    mine = tpot["adaptive"]
+    return {
+        f"adaptive/{name}": paired([b / a for a, b in zip(mine, theirs, strict=True)])
+        for name, theirs in tpot.items()
+        if name != "adaptive"
+    }
+
+
+def judged(level: dict[str, Any]) -> dict[str, Any]:
+    """A level's record with its readings computed from its runs (as the run writes them,
+    or again from a recorded JSON: ``--render``)."""
+    runs = level["runs"]
+    return level | {
+        "ratios": ratios(runs),
+        "decode_ratios": decode_ratios(runs),
+        "best_on_mean": best_on_mean(runs),
+    }
 
 
 def best_on_mean(runs: dict[str, list[dict[str, Any]]]) -> str:
@@ -169,9 +195,10 @@ def markdown(result: dict[str, Any]) -> str:
         "where servers tie (a max over noisy runs).",
         "",
         "| concurrency | rounds x requests per stream | " + " | ".join(f"{x} tok/s" for x in names)
-        + " | best on its mean | adaptive / it (95% CI) | verdict (>= 0.99) | adaptive / best "
-        "of each round | add-on steps at the first measured run | add-on K steps |",
-        "|---" * (len(names) + 8) + "|",
+        + " | best on its mean | adaptive / it (95% CI) | verdict (>= 0.99) | decode speed "
+        "(TPOT) over it | adaptive / best of each round | add-on steps at the first measured "
+        "run | add-on K steps |",
+        "|---" * (len(names) + 9) + "|",
     ]  # fmt: skip
     for level in result["levels"]:
         cells = []
@@ -183,14 +210,25 @@ def markdown(result: dict[str, Any]) -> str:
         best = level["ratios"]["adaptive/best"]
         first = level["runs"]["adaptive"][0]["addon_steps_before"]
         lines.append(
-            f"| {level['concurrency']} | {level['repeats']} x {level['requests_per_stream']} | "
+            f"| {level['concurrency']} | {level.get('repeats', result.get('repeats'))} x "
+            f"{level.get('requests_per_stream', result.get('requests_per_stream'))} | "
             + " | ".join(cells)
             + f" | {leader} | {interval_text(vs)} | {verdict(vs, TARGET)} | "
+            f"{interval_text(level['decode_ratios'][f'adaptive/{leader}'])} | "
             f"{interval_text(best)} | {first:.0f} | {k_shares(level['runs']['adaptive'])} |"
         )  # fmt: skip
     lines += ["", "Paired ratios per concurrency (geometric mean [95% CI] over rounds):", ""]
     for level in result["levels"]:
         parts = [f"{name} {interval_text(p)}" for name, p in level["ratios"].items()]
+        lines.append(f"- concurrency {level['concurrency']}: " + "; ".join(parts))
+    lines += [
+        "",
+        "Decode speed per concurrency: the other server's mean TPOT over the add-on's "
+        "(geometric mean [95% CI] over rounds; above 1: the add-on decodes faster):",
+        "",
+    ]
+    for level in result["levels"]:
+        parts = [f"{name} {interval_text(p)}" for name, p in level["decode_ratios"].items()]
         lines.append(f"- concurrency {level['concurrency']}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
 
@@ -218,7 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--name", default="wrong_machine_cpu", help="output file stem")
     p.add_argument("--logs", type=Path, help="keep the servers' logs in this folder")
+    p.add_argument(
+        "--render",
+        type=Path,
+        help="write the readings and the Markdown again from this recorded JSON (no servers)",
+    )
     args = p.parse_args(argv)
+    if args.render:
+        recorded = json.loads(args.render.read_text())
+        recorded["levels"] = [judged(level) for level in recorded["levels"]]
+        write_result(args.render.parent, args.render.stem, recorded, markdown(recorded))
+        return 0
     levels = [int(c) for c in args.concurrency.split(",")]
     try:
         repeats = per_level(args.repeats, len(levels))

@@ -10,7 +10,8 @@ from bench.addon_policy_ab import verdict
 
 def runs(**tps: list[float]) -> dict[str, list[dict[str, object]]]:
     return {
-        name: [{"client": {"output_throughput": x}} for x in values] for name, values in tps.items()
+        name: [{"client": {"output_throughput": x, "mean_tpot_ms": 1000.0 / x}} for x in values]
+        for name, values in tps.items()
     }
 
 
@@ -62,10 +63,9 @@ def test_the_record_names_the_verdict_server_and_each_level_s_rounds() -> None:
         for r in rounds:
             r["addon_steps_before"] = 10.0
             r["steps_by_k"] = {"0": 64.0} if name == "adaptive" else {}
-    level = {
-        "concurrency": 1, "repeats": 2, "requests_per_stream": 2, "runs": measured,
-        "ratios": bench.ratios(measured), "best_on_mean": bench.best_on_mean(measured),
-    }  # fmt: skip
+    level = bench.judged(
+        {"concurrency": 1, "repeats": 2, "requests_per_stream": 2, "runs": measured}
+    )
     result = {
         "servers": ["plain", "adaptive"], "vllm": "0.32.0", "machine": "CPU-x", "isa": "avx2",
         "isa_env": "", "profile": "p.yaml", "profiled_on": "CPU-y", "schedule": [[1, 16, 3]],
@@ -74,3 +74,10 @@ def test_the_record_names_the_verdict_server_and_each_level_s_rounds() -> None:
     }  # fmt: skip
     row = next(line for line in bench.markdown(result).splitlines() if line.startswith("| 1 |"))
     assert "| 2 x 2 |" in row and "| plain |" in row
+
+
+def test_decode_speed_pairs_each_round_s_tpot_the_other_server_s_over_the_add_on_s() -> None:
+    measured = runs(plain=[100.0, 80.0], adaptive=[110.0, 80.0])
+    decode = bench.decode_ratios(measured)["adaptive/plain"]
+    assert decode["mean"] == pytest.approx((1.1 * 1.0) ** 0.5)
+    assert decode["n"] == 2
