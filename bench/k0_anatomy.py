@@ -329,6 +329,24 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+KEPT_SECTIONS = ("## Reading", "## Why this run")
+"""Where a recorded Markdown's hand-written text begins (``--render`` keeps it)."""
+
+
+def render(recorded: Path) -> None:
+    """The readings of ``recorded`` (a JSON this bench wrote) from its runs, with the
+    bench's current statistics, and its Markdown's tables rewritten to match."""
+    result = json.loads(recorded.read_text())
+    result["summary"] = summarize(result["runs"])
+    result["step_ratio"] = step_ratios(result["runs"])
+    recorded.write_text(json.dumps(result, indent=1) + "\n")
+    text = recorded.with_suffix(".md")
+    old = text.read_text() if text.is_file() else ""
+    starts = [old.find(f"\n{head}") for head in KEPT_SECTIONS if f"\n{head}" in old]
+    kept = old[min(starts) :] if starts else ""
+    text.write_text(markdown(result).rstrip("\n") + "\n" + kept)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batches", default="1,4,16")
@@ -338,7 +356,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=2, help="ABBA passes over the engines")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     p.add_argument("--child", nargs=2, metavar=("ENGINE", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument(
+        "--render",
+        type=Path,
+        help="compute the readings again from this recorded JSON's runs and rewrite its JSON "
+        "and the tables of its Markdown (the text after them is kept); no engines",
+    )
     args = p.parse_args(argv)
+    if args.render:
+        render(args.render)
+        return 0
     batches = [int(b) for b in args.batches.split(",")]
     engines = tuple(e for e in ENGINES if e in args.engines.split(","))
     if "plain" not in engines or set(args.engines.split(",")) - set(ENGINES):

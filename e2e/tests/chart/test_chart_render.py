@@ -9,6 +9,7 @@ server in ``test_chart_dry_run``.
 
 from __future__ import annotations
 
+import re
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from e2e.localcluster import prometheus
 from e2e.tests.chart.cases import CASES, CUSTOM, NAMESPACE
 from e2e.tests.chart.chart_render import (
     CHART,
@@ -213,8 +215,8 @@ def test_the_pod_monitor_gives_the_label_contract_of_the_local_prometheus(
         job = next(r["replacement"] for r in relabel if r["targetLabel"] == "job")
         sources = {r["targetLabel"]: r.get("sourceLabels") for r in relabel if "sourceLabels" in r}
         assert sources == {
-            f"specdeploy_{label}": [f"__meta_kubernetes_pod_label_specdeploy_io_{label}"]
-            for label in ("deployment", "pool", "profile")
+            target: [f"__meta_kubernetes_pod_label_{re.sub('[^a-zA-Z0-9_]', '_', label)}"]
+            for label, target in prometheus.POD_LABELS.items()
         }
         jobs[endpoint["port"]] = job
     # builders/deployment.py names vLLM's port "http" and the add-on's "metrics".
