@@ -97,9 +97,25 @@ def run_facts(
     }
 
 
-def write_result(out: Path, stem: str, result: dict[str, Any], text: str) -> None:
-    """``stem``.json and ``stem``.md under ``out``; the Markdown is printed too."""
+HAND_WRITTEN = ("## Reading", "## Why this run")
+"""Headings where a recorded Markdown's hand-written text begins (a re-render keeps it)."""
+
+
+def hand_written(markdown: Path) -> str:
+    """The text of a recorded Markdown from its first hand-written heading on ("" if none)."""
+    old = markdown.read_text() if markdown.is_file() else ""
+    starts = [old.find(f"\n{head}") for head in HAND_WRITTEN if f"\n{head}" in old]
+    return old[min(starts) :] if starts else ""
+
+
+def write_result(
+    out: Path, stem: str, result: dict[str, Any], text: str, *, keep_reading: bool = False
+) -> None:
+    """``stem``.json and ``stem``.md under ``out``; the Markdown is printed too. With
+    ``keep_reading`` (a re-render) the old Markdown's hand-written sections stay."""
     out.mkdir(parents=True, exist_ok=True)
+    if keep_reading:
+        text = text.rstrip("\n") + "\n" + hand_written(out / f"{stem}.md")
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / f"{stem}.md").write_text(text)
     print(text)

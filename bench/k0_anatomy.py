@@ -57,7 +57,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: bench.* from the checkout's root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.addon_policy_ab import paired
+from bench.addon_policy_ab import hand_written, paired
 from bench.cpu_dsd import interval
 from bench.k0_step_cost import TARGET, fmt_ratio, verdict
 
@@ -329,10 +329,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-KEPT_SECTIONS = ("## Reading", "## Why this run")
-"""Where a recorded Markdown's hand-written text begins (``--render`` keeps it)."""
-
-
 def render(recorded: Path) -> None:
     """The readings of ``recorded`` (a JSON this bench wrote) from its runs, with the
     bench's current statistics, and its Markdown's tables rewritten to match."""
@@ -341,10 +337,7 @@ def render(recorded: Path) -> None:
     result["step_ratio"] = step_ratios(result["runs"])
     recorded.write_text(json.dumps(result, indent=1) + "\n")
     text = recorded.with_suffix(".md")
-    old = text.read_text() if text.is_file() else ""
-    starts = [old.find(f"\n{head}") for head in KEPT_SECTIONS if f"\n{head}" in old]
-    kept = old[min(starts) :] if starts else ""
-    text.write_text(markdown(result).rstrip("\n") + "\n" + kept)
+    text.write_text(markdown(result).rstrip("\n") + "\n" + hand_written(text))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -259,13 +259,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--render",
         type=Path,
-        help="write the readings and the Markdown again from this recorded JSON (no servers)",
+        help="write the readings and the Markdown's tables again from this recorded JSON "
+        "(its hand-written reading is kept; no servers)",
     )
     args = p.parse_args(argv)
     if args.render:
         recorded = json.loads(args.render.read_text())
         recorded["levels"] = [judged(level) for level in recorded["levels"]]
-        write_result(args.render.parent, args.render.stem, recorded, markdown(recorded))
+        write_result(
+            args.render.parent, args.render.stem, recorded, markdown(recorded), keep_reading=True
+        )
         return 0
     levels = [int(c) for c in args.concurrency.split(",")]
     try:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench import wrong_machine_cpu as bench
-from bench.addon_policy_ab import verdict
+from bench.addon_policy_ab import verdict, write_result
 
 
 def runs(**tps: list[float]) -> dict[str, list[dict[str, object]]]:
@@ -81,3 +83,14 @@ def test_decode_speed_pairs_each_round_s_tpot_the_other_server_s_over_the_add_on
     decode = bench.decode_ratios(measured)["adaptive/plain"]
     assert decode["mean"] == pytest.approx((1.1 * 1.0) ** 0.5)
     assert decode["n"] == 2
+
+
+def test_a_re_render_keeps_the_hand_written_reading_and_replaces_the_tables(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "x.md").write_text("# old table\n\n## Reading\n\nwhat the run showed\n")
+    write_result(tmp_path, "x", {"a": 1}, "# new table\n", keep_reading=True)
+    text = (tmp_path / "x.md").read_text()
+    assert text == "# new table\n\n## Reading\n\nwhat the run showed\n"
+    write_result(tmp_path, "x", {"a": 1}, "# a fresh run\n")
+    assert (tmp_path / "x.md").read_text() == "# a fresh run\n"
