@@ -244,6 +244,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fixed-k", default="1,2,3", help="the fixed K servers (comma-separated)")
     p.add_argument("--concurrency", default="1,4,16")
     p.add_argument(
+        "--addon-k",
+        default="",
+        help="the add-on's K set (comma-separated; default 0..maxK, as the operator sets it); "
+        "0 alone serves the add-on's K=0 step against plain decoding, no exploration",
+    )
+    p.add_argument(
         "--repeats", default="3", help="rounds per concurrency: one value, or one per level"
     )
     p.add_argument(
@@ -286,7 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     max_k = int(spec["fingerprint"]["maxK"])
     if any(not 1 <= k <= max_k for k in fixed):
         p.error(f"--fixed-k: each K in 1..{max_k} (the profile's maxK)")
-    allowed = ",".join(str(k) for k in range(max_k + 1))  # the operator's: 0..maxK
+    allowed = args.addon_k or ",".join(str(k) for k in range(max_k + 1))  # the operator's
+    if any(not 0 <= int(k) <= max_k for k in allowed.split(",")):
+        p.error(f"--addon-k: each K in 0..{max_k} (the profile's maxK)")
     os.environ.update(ISA_ENV[args.isa])  # the servers inherit it
     if ISA_ENV[args.isa]:
         path = os.environ.get("PYTHONPATH", "")
