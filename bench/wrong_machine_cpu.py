@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     if any(not 1 <= k <= max_k for k in fixed):
         p.error(f"--fixed-k: each K in 1..{max_k} (the profile's maxK)")
     allowed = args.addon_k or ",".join(str(k) for k in range(max_k + 1))  # the operator's
-    if any(not 0 <= int(k) <= max_k for k in allowed.split(",")):
-        p.error(f"--addon-k: each K in 0..{max_k} (the profile's maxK)")
+    if any(not (k.isdigit() and int(k) <= max_k) for k in allowed.split(",")):
+        p.error(f"--addon-k: each K in 0..{max_k} (the profile's maxK), comma-separated")
     os.environ.update(ISA_ENV[args.isa])  # the servers inherit it
     if ISA_ENV[args.isa]:
         path = os.environ.get("PYTHONPATH", "")
