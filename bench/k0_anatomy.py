@@ -57,7 +57,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: bench.* from the checkout's root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.addon_policy_ab import hand_written, paired
+from bench.addon_policy_ab import paired, write_result
 from bench.cpu_dsd import interval
 from bench.k0_step_cost import TARGET, fmt_ratio, verdict
 
@@ -335,9 +335,7 @@ def render(recorded: Path) -> None:
     result = json.loads(recorded.read_text())
     result["summary"] = summarize(result["runs"])
     result["step_ratio"] = step_ratios(result["runs"])
-    recorded.write_text(json.dumps(result, indent=1) + "\n")
-    text = recorded.with_suffix(".md")
-    text.write_text(markdown(result).rstrip("\n") + "\n" + hand_written(text))
+    write_result(recorded.parent, recorded.stem, result, markdown(result), keep_reading=True)
 
 
 def main(argv: list[str] | None = None) -> int:
